@@ -1,0 +1,57 @@
+// eplb/common.h - small shared utilities: deadlines, byte formatting, a
+// fixed-size thread pool for independent work items.
+//
+// Contract: Deadline is the only way eplb expresses "how long may this
+// wait"; every blocking call takes one. parallel_for runs fn(i) for i in
+// [0, n) on at most `threads` threads (the caller's included) and returns
+// when all are done; fn must not throw. Nothing here allocates per item.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace eplb {
+
+using Clock = std::chrono::steady_clock;
+
+class Deadline {
+ public:
+  // A deadline `timeout` from now.
+  static Deadline after(std::chrono::nanoseconds timeout) { return Deadline(Clock::now() + timeout); }
+  static Deadline after_seconds(double seconds) {
+    return after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+  }
+  explicit Deadline(Clock::time_point at) : at_(at) {}
+
+  Clock::time_point at() const { return at_; }
+  bool expired() const { return Clock::now() >= at_; }
+  std::chrono::nanoseconds remaining() const;  // zero once expired
+  double remaining_seconds() const { return std::chrono::duration<double>(remaining()).count(); }
+
+ private:
+  Clock::time_point at_;
+};
+
+// Measures elapsed time since construction.
+class Stopwatch {
+ public:
+  Stopwatch() : start_(Clock::now()) {}
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  void reset() { start_ = Clock::now(); }
+
+ private:
+  Clock::time_point start_;
+};
+
+// "396 MiB", "1.5 KiB", "12 B".
+std::string format_bytes(uint64_t bytes);
+// "1.8 s", "250 ms", "12 us".
+std::string format_seconds(double seconds);
+
+// Runs fn(i) for every i in [0, n) using up to `threads` threads (<= 1: inline).
+void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn);
+
+}  // namespace eplb

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the whole eplb test suite (README's second command).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+bash "$root/scripts/build.sh" "$root/build"
+cd "$root/build"
+ctest --output-on-failure --timeout 300 -j "$(nproc)"

@@ -1,0 +1,33 @@
+// command.h - how eplb subcommands plug into the `eplb` executable.
+//
+// Each cmd_<name>.cpp defines `void add_<name>(CLI::App& app)` that creates
+// its subcommand with app.add_subcommand(), binds options, and sets a
+// callback that calls set_command_result(status). Register it with
+// EPLB_REGISTER_COMMAND(order, add_<name>); order sorts `eplb --help`.
+// A failing Status becomes one line on stderr and a non-zero exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+#include "eplb/status.h"
+
+namespace eplb::cli {
+
+using CommandAdder = void (*)(CLI::App&);
+
+struct CommandRegistrar {
+  CommandRegistrar(int order, CommandAdder adder);
+};
+
+// Records the outcome of the subcommand that ran.
+void set_command_result(Status status);
+
+// Exit code for a status: 0 ok, 2 invalid argument, 3 bad input file,
+// 4 timeout, 5 peer lost, 1 anything else.
+int exit_code_for(const Status& status);
+
+}  // namespace eplb::cli
+
+#define EPLB_REGISTER_COMMAND(order, adder) \
+  static ::eplb::cli::CommandRegistrar EPLB_CONCAT_(eplb_command_registrar_, __LINE__)(order, adder)

@@ -1,0 +1,72 @@
+// eplb command-line entry point: collects the registered subcommands, parses,
+// runs, and maps the outcome to a one-line message and an exit code.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <optional>
+#include <vector>
+
+#include "command.h"
+
+namespace eplb::cli {
+namespace {
+
+std::vector<std::pair<int, CommandAdder>>& registry() {
+  static std::vector<std::pair<int, CommandAdder>> commands;
+  return commands;
+}
+
+std::optional<Status>& command_result() {
+  static std::optional<Status> result;
+  return result;
+}
+
+}  // namespace
+
+CommandRegistrar::CommandRegistrar(int order, CommandAdder adder) { registry().emplace_back(order, adder); }
+
+void set_command_result(Status status) { command_result() = std::move(status); }
+
+int exit_code_for(const Status& status) {
+  switch (status.code()) {
+    case Code::Ok: return 0;
+    case Code::InvalidArgument: return 2;
+    case Code::IoError:
+    case Code::ParseError:
+    case Code::Unsupported: return 3;
+    case Code::Timeout: return 4;
+    case Code::RemoteDisconnect: return 5;
+    default: return 1;
+  }
+}
+
+}  // namespace eplb::cli
+
+int main(int argc, char** argv) {
+  using namespace eplb::cli;
+  CLI::App app{
+      "eplb - expert-parallel load balancing for Mixture-of-Experts models.\n"
+      "Places expert replicas on ranks from load statistics, plans the smallest\n"
+      "weight migration, and moves the weights with verified one-sided transfers."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "eplb 0.1.0");
+  auto commands = registry();
+  std::stable_sort(commands.begin(), commands.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [order, add] : commands) add(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& parse_error) {
+    return app.exit(parse_error);
+  } catch (const std::exception& unexpected) {
+    std::fprintf(stderr, "eplb: internal error: %s\n", unexpected.what());
+    return 1;
+  }
+  const auto& result = command_result();
+  if (!result) return 0;
+  if (!result->is_ok()) {
+    std::fprintf(stderr, "eplb: %s\n", result->to_string().c_str());
+    return exit_code_for(*result);
+  }
+  return 0;
+}

@@ -1,0 +1,225 @@
+#include <algorithm>
+#include <string>
+
+#include "eplb/placement.h"
+
+namespace eplb {
+
+namespace {
+std::string at_layer(int layer) { return "layer " + std::to_string(layer); }
+}  // namespace
+
+Placement::Placement(int num_layers, int num_experts, int num_slots, int max_replicas)
+    : num_layers_(num_layers),
+      num_experts_(num_experts),
+      num_slots_(num_slots),
+      max_replicas_(max_replicas),
+      phy2log_(size_t(num_layers) * num_slots, -1),
+      log2phy_(size_t(num_layers) * num_experts * max_replicas, -1),
+      logcnt_(size_t(num_layers) * num_experts, 0) {}
+
+Result<Placement> Placement::from_phy2log(int num_layers, int num_experts, int num_slots,
+                                          std::vector<int32_t> phy2log) {
+  if (num_layers <= 0 || num_experts <= 0 || num_slots <= 0)
+    return error(Code::InvalidArgument, "placement shape must be positive");
+  if (phy2log.size() != size_t(num_layers) * num_slots)
+    return error(Code::InvalidArgument, "phy2log holds " + std::to_string(phy2log.size()) + " entries, expected " +
+                                            std::to_string(size_t(num_layers) * num_slots));
+  std::vector<int32_t> logcnt(size_t(num_layers) * num_experts, 0);
+  for (int l = 0; l < num_layers; ++l)
+    for (int s = 0; s < num_slots; ++s) {
+      int32_t e = phy2log[size_t(l) * num_slots + s];
+      if (e < 0 || e >= num_experts)
+        return error(Code::InvalidArgument, at_layer(l) + ": phy2log[" + std::to_string(s) + "] = " +
+                                                std::to_string(e) + " is not an expert in [0, " +
+                                                std::to_string(num_experts) + ")");
+      ++logcnt[size_t(l) * num_experts + e];
+    }
+  int max_replicas = std::max(1, *std::max_element(logcnt.begin(), logcnt.end()));
+  Placement placement(num_layers, num_experts, num_slots, max_replicas);
+  placement.phy2log_ = std::move(phy2log);
+  placement.logcnt_ = logcnt;
+  std::vector<int32_t> filled(static_cast<size_t>(num_experts));
+  for (int l = 0; l < num_layers; ++l) {
+    std::fill(filled.begin(), filled.end(), 0);
+    for (int s = 0; s < num_slots; ++s) {
+      int32_t e = placement.phy2log(l, s);
+      placement.log2phy_[(size_t(l) * num_experts + e) * max_replicas + filled[e]++] = s;
+    }
+  }
+  EPLB_TRY(placement.validate());
+  return placement;
+}
+
+Result<Placement> Placement::from_arrays(int num_layers, int num_experts, int num_slots, int max_replicas,
+                                         std::vector<int32_t> phy2log, std::vector<int32_t> log2phy,
+                                         std::vector<int32_t> logcnt) {
+  if (num_layers <= 0 || num_experts <= 0 || num_slots <= 0 || max_replicas <= 0)
+    return error(Code::InvalidArgument, "placement shape must be positive");
+  if (phy2log.size() != size_t(num_layers) * num_slots)
+    return error(Code::InvalidArgument, "phy2log holds " + std::to_string(phy2log.size()) + " entries, expected " +
+                                            std::to_string(size_t(num_layers) * num_slots));
+  if (logcnt.size() != size_t(num_layers) * num_experts)
+    return error(Code::InvalidArgument, "logcnt holds " + std::to_string(logcnt.size()) + " entries, expected " +
+                                            std::to_string(size_t(num_layers) * num_experts));
+  if (log2phy.size() != size_t(num_layers) * num_experts * max_replicas)
+    return error(Code::InvalidArgument, "log2phy holds " + std::to_string(log2phy.size()) + " entries, expected " +
+                                            std::to_string(size_t(num_layers) * num_experts * max_replicas));
+  Placement placement;
+  placement.num_layers_ = num_layers;
+  placement.num_experts_ = num_experts;
+  placement.num_slots_ = num_slots;
+  placement.max_replicas_ = max_replicas;
+  placement.phy2log_ = std::move(phy2log);
+  placement.log2phy_ = std::move(log2phy);
+  placement.logcnt_ = std::move(logcnt);
+  EPLB_TRY(placement.validate());
+  return placement;
+}
+
+Status Placement::validate() const {
+  if (num_layers_ <= 0 || num_experts_ <= 0 || num_slots_ <= 0 || max_replicas_ <= 0)
+    return error(Code::InvalidArgument, "placement is empty");
+  if (phy2log_.size() != size_t(num_layers_) * num_slots_ || logcnt_.size() != size_t(num_layers_) * num_experts_ ||
+      log2phy_.size() != size_t(num_layers_) * num_experts_ * max_replicas_)
+    return error(Code::Internal, "placement arrays do not match their shape");
+  std::vector<int32_t> seen(static_cast<size_t>(num_experts_));
+  for (int l = 0; l < num_layers_; ++l) {
+    std::fill(seen.begin(), seen.end(), 0);
+    for (int s = 0; s < num_slots_; ++s) {
+      int32_t e = phy2log(l, s);
+      if (e < 0 || e >= num_experts_)
+        return error(Code::InvalidArgument, at_layer(l) + ": slot " + std::to_string(s) + " holds expert " +
+                                                std::to_string(e) + ", not in [0, " + std::to_string(num_experts_) +
+                                                ")");
+      ++seen[e];
+    }
+    int64_t total = 0;
+    for (int e = 0; e < num_experts_; ++e) {
+      int32_t count = logcnt(l, e);
+      total += count;
+      if (count < 1)
+        return error(Code::InvalidArgument, at_layer(l) + ": expert " + std::to_string(e) + " has no replica");
+      if (count != seen[e])
+        return error(Code::InvalidArgument, at_layer(l) + ": logcnt of expert " + std::to_string(e) + " is " +
+                                                std::to_string(count) + " but phy2log holds it in " +
+                                                std::to_string(seen[e]) + " slots");
+      if (count > max_replicas_)
+        return error(Code::InvalidArgument, at_layer(l) + ": expert " + std::to_string(e) + " has " +
+                                                std::to_string(count) + " replicas, more than log2phy's width " +
+                                                std::to_string(max_replicas_));
+      for (int k = 0; k < max_replicas_; ++k) {
+        int32_t slot = log2phy(l, e, k);
+        if (k < count) {
+          if (slot < 0 || slot >= num_slots_ || phy2log(l, slot) != e)
+            return error(Code::InvalidArgument, at_layer(l) + ": log2phy[" + std::to_string(e) + "][" +
+                                                    std::to_string(k) + "] = " + std::to_string(slot) +
+                                                    " is not a slot holding expert " + std::to_string(e));
+          for (int j = 0; j < k; ++j)
+            if (log2phy(l, e, j) == slot)
+              return error(Code::InvalidArgument, at_layer(l) + ": log2phy of expert " + std::to_string(e) +
+                                                      " lists slot " + std::to_string(slot) + " twice");
+        } else if (slot != -1) {
+          return error(Code::InvalidArgument, at_layer(l) + ": log2phy[" + std::to_string(e) + "][" +
+                                                  std::to_string(k) + "] = " + std::to_string(slot) +
+                                                  " should be -1 padding");
+        }
+      }
+    }
+    if (total != num_slots_)
+      return error(Code::InvalidArgument, at_layer(l) + ": replica counts add up to " + std::to_string(total) +
+                                              ", not to the " + std::to_string(num_slots_) + " slots");
+  }
+  return Status::ok();
+}
+
+Status Placement::validate_against(const Topology& topology) const {
+  if (num_layers_ != topology.num_layers || num_experts_ != topology.num_experts ||
+      num_slots_ != topology.num_slots)
+    return error(Code::Mismatch, "placement shape (layers=" + std::to_string(num_layers_) +
+                                     " experts=" + std::to_string(num_experts_) + " slots=" +
+                                     std::to_string(num_slots_) + ") does not match topology " +
+                                     topology.to_string());
+  return validate();
+}
+
+Status Placement::set_layer(int layer, const Placement& source, int source_layer) {
+  if (layer < 0 || layer >= num_layers_ || source_layer < 0 || source_layer >= source.num_layers_)
+    return error(Code::InvalidArgument, "set_layer: layer out of range");
+  if (source.num_experts_ != num_experts_ || source.num_slots_ != num_slots_)
+    return error(Code::Mismatch, "set_layer: placements have different shapes");
+  if (source.max_replicas_ > max_replicas_) {
+    // Widen log2phy for every layer to the source's width.
+    std::vector<int32_t> wider(size_t(num_layers_) * num_experts_ * source.max_replicas_, -1);
+    for (size_t row = 0; row < size_t(num_layers_) * num_experts_; ++row)
+      std::copy_n(log2phy_.begin() + row * max_replicas_, max_replicas_, wider.begin() + row * source.max_replicas_);
+    log2phy_ = std::move(wider);
+    max_replicas_ = source.max_replicas_;
+  }
+  std::copy_n(source.phy2log_.begin() + size_t(source_layer) * num_slots_, num_slots_,
+              phy2log_.begin() + size_t(layer) * num_slots_);
+  std::copy_n(source.logcnt_.begin() + size_t(source_layer) * num_experts_, num_experts_,
+              logcnt_.begin() + size_t(layer) * num_experts_);
+  for (int e = 0; e < num_experts_; ++e)
+    for (int k = 0; k < max_replicas_; ++k)
+      log2phy_[(size_t(layer) * num_experts_ + e) * max_replicas_ + k] =
+          k < source.max_replicas_ ? source.log2phy(source_layer, e, k) : -1;
+  return Status::ok();
+}
+
+Placement default_placement(const Topology& topology) {
+  std::vector<int32_t> phy2log(size_t(topology.num_layers) * topology.num_slots);
+  for (int l = 0; l < topology.num_layers; ++l)
+    for (int s = 0; s < topology.num_slots; ++s)
+      phy2log[size_t(l) * topology.num_slots + s] =
+          s < topology.num_experts ? s : (s - topology.num_experts) % topology.num_experts;
+  return std::move(Placement::from_phy2log(topology.num_layers, topology.num_experts, topology.num_slots,
+                                           std::move(phy2log)))
+      .value();
+}
+
+std::vector<double> rank_loads(const Placement& placement, const LoadMatrix& load, const Topology& topology,
+                               int layer) {
+  std::vector<double> loads(size_t(topology.num_ranks), 0.0);
+  int per_rank = topology.slots_per_rank();
+  for (int s = 0; s < placement.num_slots(); ++s) {
+    int e = placement.phy2log(layer, s);
+    loads[s / per_rank] += load.at(layer, e) / placement.logcnt(layer, e);
+  }
+  return loads;
+}
+
+BalanceSummary balancedness(const Placement& placement, const LoadMatrix& load, const Topology& topology) {
+  BalanceSummary summary;
+  double sum_mean = 0, sum_max = 0, sum_ratio = 0;
+  for (int l = 0; l < placement.num_layers(); ++l) {
+    auto loads = rank_loads(placement, load, topology, l);
+    double max = 0, total = 0;
+    for (double v : loads) {
+      max = std::max(max, v);
+      total += v;
+    }
+    double mean = total / double(loads.size());
+    double ratio = max > 0 ? mean / max : 1.0;
+    summary.per_layer.push_back(ratio);
+    summary.max_load.push_back(max);
+    summary.mean_load.push_back(mean);
+    sum_mean += mean;
+    sum_max += max;
+    sum_ratio += ratio;
+  }
+  if (placement.num_layers() > 0) summary.mean_balancedness = sum_ratio / placement.num_layers();
+  summary.sum_balancedness = sum_max > 0 ? sum_mean / sum_max : 1.0;
+  return summary;
+}
+
+std::vector<int> slots_changed(const Placement& before, const Placement& after) {
+  std::vector<int> changed(size_t(std::min(before.num_layers(), after.num_layers())), 0);
+  if (before.num_slots() != after.num_slots()) return changed;
+  for (size_t l = 0; l < changed.size(); ++l)
+    for (int s = 0; s < before.num_slots(); ++s)
+      changed[l] += before.phy2log(int(l), s) != after.phy2log(int(l), s);
+  return changed;
+}
+
+}  // namespace eplb

@@ -1,0 +1,80 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "eplb/common.h"
+#include "eplb/status.h"
+
+namespace eplb {
+namespace {
+
+Result<int> parse_positive(int value) {
+  if (value <= 0) return error(Code::InvalidArgument, "value " + std::to_string(value) + " is not positive");
+  return value;
+}
+
+Result<int> doubled(int value) {
+  EPLB_ASSIGN_OR_RETURN(int checked, parse_positive(value));
+  return checked * 2;
+}
+
+Status check_both(int a, int b) {
+  EPLB_TRY(parse_positive(a).status());
+  EPLB_TRY(parse_positive(b).status().with_context("second"));
+  return Status::ok();
+}
+
+TEST(Status, OkAndErrorCarryCodeAndMessage) {
+  EXPECT_TRUE(Status::ok().is_ok());
+  Status failure = error(Code::Timeout, "READ of 2 descriptors");
+  EXPECT_FALSE(failure.is_ok());
+  EXPECT_EQ(failure.code(), Code::Timeout);
+  EXPECT_EQ(failure.to_string(), "timeout: READ of 2 descriptors");
+  EXPECT_EQ(failure.with_context("layer 3").message(), "layer 3: READ of 2 descriptors");
+  EXPECT_TRUE(Status::ok().with_context("ignored").is_ok());
+}
+
+TEST(Result, PropagatesThroughMacros) {
+  EXPECT_EQ(doubled(4).value(), 8);
+  auto failed = doubled(-1);
+  ASSERT_FALSE(failed.is_ok());
+  EXPECT_EQ(failed.status().code(), Code::InvalidArgument);
+  EXPECT_EQ(check_both(1, -2).message(), "second: value -2 is not positive");
+  EXPECT_TRUE(check_both(1, 2).is_ok());
+}
+
+TEST(Result, OkStatusWithoutValueIsAnInternalError) {
+  Result<int> broken{Status::ok()};
+  EXPECT_FALSE(broken.is_ok());
+  EXPECT_EQ(broken.status().code(), Code::Internal);
+}
+
+TEST(Common, FormatsBytesAndSeconds) {
+  EXPECT_EQ(format_bytes(12), "12 B");
+  EXPECT_EQ(format_bytes(1536), "1.5 KiB");
+  EXPECT_EQ(format_bytes(396ull << 20), "396 MiB");
+  EXPECT_EQ(format_seconds(1.84), "1.8 s");
+  EXPECT_EQ(format_seconds(0.25), "250 ms");
+  EXPECT_EQ(format_seconds(12e-6), "12 us");
+}
+
+TEST(Common, DeadlineExpires) {
+  auto deadline = Deadline::after(std::chrono::milliseconds(5));
+  EXPECT_FALSE(deadline.expired());
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(deadline.expired());
+  EXPECT_EQ(deadline.remaining().count(), 0);
+}
+
+TEST(Common, ParallelForVisitsEveryIndexOnce) {
+  for (int threads : {1, 2, 4}) {
+    std::vector<std::atomic<int>> visits(1000);
+    parallel_for(visits.size(), threads, [&](size_t i) { visits[i]++; });
+    for (auto& v : visits) EXPECT_EQ(v.load(), 1);
+  }
+  parallel_for(0, 4, [](size_t) { FAIL(); });
+}
+
+}  // namespace
+}  // namespace eplb

@@ -1,0 +1,92 @@
+// eplb/plan.h - the migration planner: old placement + new placement ->
+// what every rank does, per layer.
+//
+// Contract: pure and deterministic; every rank computes the same plan
+// independently, nothing is broadcast. For one layer and every receiving
+// rank r, each slot of r is exactly one of:
+//   Keep       the slot's expert is unchanged;
+//   LocalCopy  the expert already lives on r in the old placement (any slot),
+//              or arrives on r by a RemoteRead in this layer (copy after read);
+//   RemoteRead the expert is not on r: exactly one READ per (expert, r).
+// Sources: a replica on r's node before one on another node; receivers are
+// spread evenly over the candidate source replicas; ties by lowest slot.
+// All remote reads of one layer from one source rank form one ReadRequest;
+// runs of adjacent source rows landing in adjacent destination rows merge
+// into one ReadRun. Counts are in slots (multiply by bytes per expert).
+// A whole DeepSeek-V3-shaped change (58 layers, 288 slots, 32 ranks) plans
+// in well under 1 ms.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "eplb/placement.h"
+#include "eplb/status.h"
+
+namespace eplb {
+
+enum class SlotAction : uint8_t { Keep, LocalCopy, RemoteRead };
+
+struct SlotOp {
+  int slot = 0;            // global slot index (on the receiving rank)
+  int expert = 0;          // logical expert the slot holds after the layer commits
+  SlotAction action = SlotAction::Keep;
+  int source_rank = -1;    // RemoteRead: the rank read from; LocalCopy: this rank
+  int source_slot = -1;    // global slot copied/read from. For LocalCopy it is a
+                           // slot of the OLD placement on this rank, or, when
+                           // copy_after_read, the slot filled by this layer's
+                           // RemoteRead of the same expert (read staging first).
+  bool copy_after_read = false;
+};
+
+// `count` consecutive rows: source slots [source_slot, +count) on the source
+// rank -> destination slots [dest_slot, +count) on the receiving rank.
+struct ReadRun {
+  int source_slot = 0;
+  int dest_slot = 0;
+  int count = 0;
+};
+
+struct ReadRequest {
+  int source_rank = 0;
+  std::vector<ReadRun> runs;  // ordered by dest_slot
+  int slots() const;
+};
+
+struct RankLayerPlan {
+  int rank = 0;
+  std::vector<SlotOp> slots;         // one per slot of the rank, in slot order
+  std::vector<ReadRequest> reads;    // one per source rank, ordered by source rank
+};
+
+struct PlanStats {
+  int64_t slots_kept = 0;
+  int64_t slots_local_copy = 0;
+  int64_t slots_read_intra_node = 0;
+  int64_t slots_read_inter_node = 0;
+  int64_t requests = 0;     // ReadRequests (one per receiving rank and source rank)
+  int64_t descriptors = 0;  // ReadRuns after merging
+  PlanStats& operator+=(const PlanStats& other);
+};
+
+struct LayerPlan {
+  int layer = 0;
+  std::vector<RankLayerPlan> ranks;  // indexed by rank
+  PlanStats stats;
+  // For every rank, the global slots that some other rank reads in this layer
+  // (what that rank must checksum and keep stable until the vote).
+  std::vector<std::vector<int>> slots_read_from;
+};
+
+struct MigrationPlan {
+  std::vector<LayerPlan> layers;
+  PlanStats stats;
+};
+
+Result<LayerPlan> plan_layer(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log,
+                             const Topology& topology, int layer);
+Result<MigrationPlan> plan_migration(const Placement& old_placement, const Placement& new_placement,
+                                     const Topology& topology);
+
+}  // namespace eplb

@@ -1,0 +1,46 @@
+// eplb/policy.h - placement policies, by name.
+//
+// Contract: a policy is a pure, deterministic function
+//   (load [L][E], topology, current placement, options) -> new placement
+// Same inputs, same output on every rank and every run, whatever the number
+// of threads. Layers are independent and may be computed in parallel.
+// `deepseek` reproduces DeepSeek's published EPLB algorithm exactly (float32
+// arithmetic and the tie rules documented in docs/policies.md) and ignores
+// the current placement.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eplb/placement.h"
+#include "eplb/status.h"
+
+namespace eplb {
+
+struct PolicyOptions {
+  int threads = 1;              // worker threads for independent layers
+  bool anti_affinity = false;   // never two replicas of one expert on one rank
+  double min_gain = 0.0;        // hysteresis: keep a layer if balancedness gains less than this
+  double budget = 0.1;          // incremental: slots rewritten per layer; < 1 a fraction of R, >= 1 a count
+  double move_threshold = 0.0;  // incremental: stop when a move improves max rank load by <= this (relative)
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  // `current` is the placement in force (same topology); policies that do not
+  // care about it ignore it.
+  virtual Result<Placement> place(const LoadMatrix& load, const Topology& topology, const Placement& current,
+                                  const PolicyOptions& options) const = 0;
+};
+
+// "deepseek", "relabel", "incremental", "balanced".
+Result<std::unique_ptr<Policy>> make_policy(const std::string& name);
+std::vector<std::string> policy_names();
+
+// DeepSeek's algorithm, directly (the `deepseek` policy).
+Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& topology, int threads = 1);
+
+}  // namespace eplb

@@ -1,0 +1,91 @@
+// backend.h - the interface between the xfer Agent and a transport backend
+// (ucx, loopback) or a decorator (faulty). Internal to src/xfer/.
+//
+// The Agent owns all validation (descriptors inside registered regions,
+// handle lifetimes, metadata parsing, message formatting). A backend only
+// moves bytes between already-validated addresses and reports what its
+// transport said. Backend calls come from the Agent's single caller thread
+// (and the backend's own progress thread if it runs one).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "eplb/status.h"
+#include "eplb/xfer.h"
+
+namespace eplb::xfer {
+
+// A local registration: whatever the backend needs to use the memory locally
+// plus the packed remote key a peer needs to access it.
+class BackendMemory {
+ public:
+  virtual ~BackendMemory() = default;
+  virtual std::vector<uint8_t> packed_remote_key() const = 0;
+};
+
+// A connection to a peer, made from its exported connection info.
+class BackendPeer {
+ public:
+  virtual ~BackendPeer() = default;
+};
+
+// A peer's region key, unpacked against a connection.
+class BackendRemoteKey {
+ public:
+  virtual ~BackendRemoteKey() = default;
+};
+
+// One contiguous transfer: `length` bytes between local and remote addresses.
+struct TransferSegment {
+  uint8_t* local_address = nullptr;
+  const BackendMemory* local_memory = nullptr;
+  uint64_t remote_address = 0;
+  const BackendRemoteKey* remote_key = nullptr;
+  uint64_t length = 0;
+};
+
+// A posted transfer. poll() drives it forward (non-blocking).
+class BackendRequest {
+ public:
+  virtual ~BackendRequest() = default;  // cancels if still running
+  // InProgress, Done, or Failed with *failure = {code, backend's own text},
+  // e.g. {RemoteDisconnect, "UCX: Connection reset by remote peer"}.
+  virtual RequestState poll(Status* failure) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Bytes a peer needs to connect to us (e.g. the UCX worker address).
+  virtual std::vector<uint8_t> connection_info() const = 0;
+
+  virtual Result<std::unique_ptr<BackendMemory>> register_memory(const MemoryRegion& region) = 0;
+  virtual Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
+                                                       std::span<const uint8_t> connection_info) = 0;
+  virtual Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer,
+                                                                      std::span<const uint8_t> packed_key) = 0;
+
+  // Starts the transfer of all segments; when they have landed, delivers
+  // `notification` (if not empty) to the peer as coming from `self_name`.
+  virtual Result<std::unique_ptr<BackendRequest>> post(Operation op, BackendPeer& peer,
+                                                       std::span<const TransferSegment> segments,
+                                                       const std::string& self_name,
+                                                       const std::string& notification) = 0;
+
+  virtual Status send_notification(BackendPeer& peer, const std::string& self_name, const std::string& message) = 0;
+  virtual std::vector<Notification> take_notifications() = 0;
+  virtual void progress() = 0;
+};
+
+// Factories (defined in their backend's .cpp).
+Result<std::unique_ptr<Backend>> make_ucx_backend(const AgentConfig& config);
+Result<std::unique_ptr<Backend>> make_loopback_backend(const AgentConfig& config);
+// Wraps `inner` with deterministic fault injection parsed from `spec`.
+Result<std::unique_ptr<Backend>> make_faulty_backend(std::unique_ptr<Backend> inner, const std::string& spec);
+
+}  // namespace eplb::xfer

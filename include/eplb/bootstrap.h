@@ -53,6 +53,11 @@ Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& 
 // Reads LocalGroupOptions from the environment; NotFound if not launched.
 Result<LocalGroupOptions> local_group_options_from_env();
 
+// In-process group: `size` ranks that are threads of this process (tests,
+// single-process simulations over the loopback transfer backend). Each
+// returned group is used by one thread.
+std::vector<std::unique_ptr<ProcessGroup>> make_thread_groups(int size);
+
 // MPI bootstrap (MPI_Init on first use). Unsupported when built without MPI.
 Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds = 30);
 // True when this process looks like it was started by mpirun.

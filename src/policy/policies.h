@@ -1,0 +1,15 @@
+// policies.h - factories of the built-in policies (internal to src/policy/).
+#pragma once
+
+#include <memory>
+
+#include "eplb/policy.h"
+
+namespace eplb::policies {
+
+std::unique_ptr<Policy> make_deepseek();
+std::unique_ptr<Policy> make_relabel();
+std::unique_ptr<Policy> make_incremental();
+std::unique_ptr<Policy> make_balanced();
+
+}  // namespace eplb::policies

@@ -61,6 +61,11 @@ Placement similar_placement(const Placement& base, double fraction, uint64_t see
   return std::move(Placement::from_phy2log(base.num_layers(), base.num_experts(), slots, std::move(phy2log))).value();
 }
 
+// The fastest repetition: on a shared machine the least disturbed estimate.
+double min_of(const std::vector<double>& values) {
+  return values.empty() ? 0.0 : *std::min_element(values.begin(), values.end());
+}
+
 const Placement& old_placement() {
   static const Placement placement = eplb::default_placement(kDeepSeek);
   return placement;
@@ -92,7 +97,12 @@ void BM_PlanMigration(benchmark::State& state) {
   state.counters["descriptors"] = double(stats.descriptors);
   state.SetLabel(int(state.range(0)) == 0 ? "random" : "similar");
 }
-BENCHMARK(BM_PlanMigration)->ArgName("random0_similar1")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlanMigration)
+    ->ArgName("random0_similar1")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond)
+    ->ComputeStatistics("min", min_of);
 
 void BM_PlanLayer(benchmark::State& state) {
   const Placement& before = old_placement();
@@ -103,7 +113,12 @@ void BM_PlanLayer(benchmark::State& state) {
   }
   state.SetLabel(int(state.range(0)) == 0 ? "random" : "similar");
 }
-BENCHMARK(BM_PlanLayer)->ArgName("random0_similar1")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlanLayer)
+    ->ArgName("random0_similar1")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond)
+    ->ComputeStatistics("min", min_of);
 
 void BM_SlotsChanged(benchmark::State& state) {
   const Placement& before = old_placement();
@@ -114,7 +129,12 @@ void BM_SlotsChanged(benchmark::State& state) {
   }
   state.SetLabel(int(state.range(0)) == 0 ? "random" : "similar");
 }
-BENCHMARK(BM_SlotsChanged)->ArgName("random0_similar1")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SlotsChanged)
+    ->ArgName("random0_similar1")
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond)
+    ->ComputeStatistics("min", min_of);
 
 }  // namespace
 

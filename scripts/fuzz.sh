@@ -39,9 +39,13 @@ for name in "${targets[@]}"; do
   findings="$build/findings/$name"
   mkdir -p "$corpus" "$findings"
   if [[ -d "$root/fuzz/corpus/$name" ]]; then cp -r "$root/fuzz/corpus/$name/." "$corpus/"; fi
+  dictionary=()
+  for candidate in "$root/fuzz/dict/$name.dict" "$root/fuzz/dict/${name#*_}.dict"; do
+    if [[ -f "$candidate" ]]; then dictionary=(-dict="$candidate"); break; fi
+  done
   echo "fuzz: $name for ${seconds}s"
   if ! "$build/fuzz/${name}_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
-      -print_final_stats=1 -artifact_prefix="$findings/" "$corpus" >"$work/$name.log" 2>&1; then
+      "${dictionary[@]}" -print_final_stats=1 -artifact_prefix="$findings/" "$corpus" >"$work/$name.log" 2>&1; then
     failed+=("$name")
     tail -n 40 "$work/$name.log"
     echo "fuzz: $name FAILED; reproducer in $findings/"

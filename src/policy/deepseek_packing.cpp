@@ -69,9 +69,16 @@ void MinTree::build() {
 }
 
 void MinTree::update(int leaf, uint64_t key) {
+  // Carry the new minimum up in a register: each level reads only the
+  // sibling, which does not depend on the stores just made.
   int i = leaves_ + leaf;
   node_[i] = key;
-  for (i >>= 1; i >= 1; i >>= 1) node_[i] = std::min(node_[2 * i], node_[2 * i + 1]);
+  uint64_t smallest = key;
+  while (i > 1) {
+    smallest = std::min(smallest, node_[i ^ 1]);
+    i >>= 1;
+    node_[i] = smallest;
+  }
 }
 
 void PackingScratch::reserve(int max_items, int max_packs, int max_experts) {

@@ -180,7 +180,8 @@ class BalancedPolicy final : public Policy {
     EPLB_ASSIGN_OR_RETURN(Placement start, deepseek_placement(load, topology, options.threads));
     PolicyOptions repair_only = options;
     repair_only.min_gain = 0;
-    EPLB_ASSIGN_OR_RETURN(start, apply_common_options(std::move(start), load, topology, current, repair_only));
+    EPLB_ASSIGN_OR_RETURN(start, apply_common_options(std::move(start), load, topology, current, repair_only,
+                                                                  /*may_change_counts=*/true));
     const size_t slots = size_t(topology.num_slots);
     std::vector<int32_t> phy2log(size_t(topology.num_layers) * slots);
     parallel_for(size_t(topology.num_layers), options.threads, [&](size_t l) {

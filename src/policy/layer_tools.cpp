@@ -79,20 +79,54 @@ bool rank_holds(std::span<const int32_t> phy2log, int per_rank, int rank, int ex
 }  // namespace
 
 Result<int> repair_anti_affinity(std::vector<int32_t>& phy2log, std::span<const double> load,
-                                 const Topology& topology, int layer, bool prefer_same_node) {
+                                 const Topology& topology, int layer, bool prefer_same_node, bool may_change_counts) {
   const int per_rank = topology.slots_per_rank();
   const int ranks = topology.num_ranks;
+  const int experts = int(load.size());
+  if (per_rank > experts)
+    return error(Code::InvalidArgument, "layer " + std::to_string(layer) + ": anti-affinity is impossible: " +
+                                            std::to_string(per_rank) + " slots per rank but only " +
+                                            std::to_string(experts) + " experts");
   std::vector<int> count(load.size(), 0);
   for (int32_t e : phy2log) ++count[size_t(e)];
-  for (size_t e = 0; e < count.size(); ++e)
-    if (count[e] > ranks)
+  int rewritten = 0;
+  for (int e = 0; e < experts; ++e) {
+    if (count[size_t(e)] <= ranks) continue;
+    if (!may_change_counts)
       return error(Code::InvalidArgument, "layer " + std::to_string(layer) + ": anti-affinity is impossible: expert " +
-                                              std::to_string(e) + " has " + std::to_string(count[e]) +
+                                              std::to_string(e) + " has " + std::to_string(count[size_t(e)]) +
                                               " replicas but there are only " + std::to_string(ranks) + " ranks");
+    // Too many replicas: re-target duplicates (last slot first) to the
+    // experts with the largest load per replica that have room.
+    for (int slot = int(phy2log.size()) - 1; slot >= 0 && count[size_t(e)] > ranks; --slot) {
+      if (phy2log[size_t(slot)] != e) continue;
+      const int rank = slot / per_rank;
+      int on_rank = 0;
+      for (int i = 0; i < per_rank; ++i) on_rank += phy2log[size_t(rank) * per_rank + i] == e;
+      if (on_rank < 2) continue;
+      int target = -1;
+      double target_weight = -1;
+      for (int h = 0; h < experts; ++h) {
+        if (count[size_t(h)] >= ranks || rank_holds(phy2log, per_rank, rank, h)) continue;
+        double w = load[size_t(h)] / (count[size_t(h)] + 1);
+        if (w > target_weight) {
+          target = h;
+          target_weight = w;
+        }
+      }
+      if (target < 0) break;
+      phy2log[size_t(slot)] = target;
+      --count[size_t(e)];
+      ++count[size_t(target)];
+      ++rewritten;
+    }
+    if (count[size_t(e)] > ranks)
+      return error(Code::Internal, "layer " + std::to_string(layer) + ": anti-affinity repair could not reduce the "
+                                       "replicas of expert " + std::to_string(e));
+  }
   std::vector<double> rank_load;
   layer_rank_loads(phy2log, load, topology, rank_load);
   auto weight = [&](int slot) { return load[size_t(phy2log[size_t(slot)])] / count[size_t(phy2log[size_t(slot)])]; };
-  int rewritten = 0;
   // Every swap removes one duplicate and creates none, so this terminates.
   for (int rank = 0; rank < ranks; ++rank) {
     for (int i = 0; i < per_rank; ++i) {
@@ -160,7 +194,8 @@ int apply_hysteresis(std::vector<int32_t>& phy2log, const Placement& current, co
 }
 
 Result<Placement> apply_common_options(Placement placed, const LoadMatrix& load, const Topology& topology,
-                                       const Placement& current, const PolicyOptions& options) {
+                                       const Placement& current, const PolicyOptions& options,
+                                       bool may_change_counts) {
   bool hysteresis = options.min_gain > 0;
   if (!options.anti_affinity && !hysteresis) return placed;
   if (hysteresis) EPLB_TRY(check_current(current, topology));
@@ -170,7 +205,8 @@ Result<Placement> apply_common_options(Placement placed, const LoadMatrix& load,
     for (int l = 0; l < topology.num_layers; ++l) {
       std::vector<int32_t> layer(phy2log.begin() + l * slots, phy2log.begin() + (l + 1) * slots);
       if (!violates_anti_affinity(layer, topology)) continue;
-      auto repaired = repair_anti_affinity(layer, load.layer(l), topology, l, topology.hierarchical());
+      auto repaired = repair_anti_affinity(layer, load.layer(l), topology, l, topology.hierarchical(),
+                                           may_change_counts);
       if (!repaired) return repaired.status();
       std::copy(layer.begin(), layer.end(), phy2log.begin() + l * slots);
     }

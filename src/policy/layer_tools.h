@@ -36,10 +36,14 @@ bool violates_anti_affinity(std::span<const int32_t> phy2log, const Topology& to
 // Removes every duplicate (expert, rank) pair by swapping slots across
 // ranks, keeping replica counts; each swap picks the partner slot that
 // keeps the two ranks' larger load lowest (ties: lowest slot), same node
-// first when `prefer_same_node`. Returns the number of slots rewritten, or
-// InvalidArgument when impossible (an expert with more replicas than ranks).
+// first when `prefer_same_node`. An expert with more replicas than ranks is
+// an InvalidArgument error, unless `may_change_counts`: then its surplus
+// duplicates are first re-targeted to the experts with the largest load per
+// replica that have room. Also InvalidArgument when a rank has more slots
+// than there are experts. Returns the number of slots rewritten.
 Result<int> repair_anti_affinity(std::vector<int32_t>& phy2log, std::span<const double> load,
-                                 const Topology& topology, int layer, bool prefer_same_node);
+                                 const Topology& topology, int layer, bool prefer_same_node,
+                                 bool may_change_counts = false);
 
 // Builds a Placement (log2phy ordered by slot) from [L][R] phy2log.
 Result<Placement> placement_from_phy2log(const Topology& topology, std::vector<int32_t> phy2log);
@@ -52,9 +56,10 @@ int apply_hysteresis(std::vector<int32_t>& phy2log, const Placement& current, co
                      const Topology& topology, double min_gain, bool anti_affinity);
 
 // The options post-processing of a finished placement (deepseek's, and the
-// start of relabel): anti-affinity repair, then hysteresis. Returns
-// `placed` untouched (bit for bit) with default options.
+// start of relabel and balanced): anti-affinity repair, then hysteresis.
+// Returns `placed` untouched (bit for bit) with default options.
 Result<Placement> apply_common_options(Placement placed, const LoadMatrix& load, const Topology& topology,
-                                       const Placement& current, const PolicyOptions& options);
+                                       const Placement& current, const PolicyOptions& options,
+                                       bool may_change_counts = false);
 
 }  // namespace eplb::policies

@@ -115,8 +115,8 @@ bool LayerSearch::acceptable(double gain, double square_gain, const SearchLimits
   return limits.accept_plateau && gain >= 0 && square_gain > eps * current_max_;
 }
 
-void LayerSearch::consider(Candidate& best, Candidate candidate, double gain, double square_gain,
-                           int budget_left) const {
+inline void LayerSearch::consider(Candidate& best, Candidate candidate, double gain, double square_gain,
+                                  int budget_left) const {
   if (candidate.cost > budget_left) return;
   const double eps = 1e-9 * current_max_;
   const double per_slot = candidate.cost > 0 ? double(candidate.cost) : 0.5;
@@ -348,7 +348,8 @@ int LayerSearch::improve(const SearchLimits& limits) {
   int moves = 0;
   std::vector<int> cold, donors, hot;
   std::vector<double> cold_key, donor_score(static_cast<size_t>(slots_));
-  bool counts_changed = true;
+  bool counts_changed = true, redundant_changed = true;
+  std::vector<int> redundant;
   refresh();
   for (int iteration = 0; iteration < limits.max_iterations; ++iteration) {
     if (current_max_ <= 0) break;
@@ -379,9 +380,14 @@ int LayerSearch::improve(const SearchLimits& limits) {
       // New replicas of the top rank's experts, in the best donor slots:
       // replicas of experts with >= 2 replicas, ranked by the larger of their
       // rank's score without them and the scores their siblings would reach.
+      if (redundant_changed) {  // experts with >= 2 replicas change only with the counts
+        redundant.clear();
+        for (int c = 0; c < experts_; ++c)
+          if (count_[size_t(c)] >= 2) redundant.push_back(c);
+        redundant_changed = false;
+      }
       donors.clear();
-      for (int c = 0; c < experts_; ++c) {
-        if (count_[size_t(c)] < 2) continue;
+      for (int c : redundant) {
         const double c_old = expert_weight_[size_t(c)], c_new = load_[size_t(c)] / (count_[size_t(c)] - 1);
         double sibling_peak[2] = {0, 0};  // the two largest sibling scores after
         int peak_slot = -1;
@@ -418,6 +424,7 @@ int LayerSearch::improve(const SearchLimits& limits) {
     }
     if (best.kind == 0) break;
     counts_changed |= best.kind == 2;
+    redundant_changed |= best.kind == 2;
     apply(best);
     ++moves;
   }

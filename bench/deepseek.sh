@@ -53,7 +53,7 @@ for entry in "${cases[@]}"; do
     ties="$("$python" "$root/bench/deepseek_reference.py" ties "$work/load.json" "${shape[@]}")"
     echo "$name $seconds $ties" >>"$work/python.txt"
   else
-    echo "$name - -" >>"$work/python.txt"
+    echo "$name - - -" >>"$work/python.txt"
   fi
 done
 
@@ -62,6 +62,7 @@ import json, sys, os
 work = sys.argv[1]
 bench = json.load(open(os.path.join(work, "bench.json")))
 median = {}
+median_cpu = {}
 counters = {}
 for b in bench["benchmarks"]:
     if b.get("aggregate_name") != "median":
@@ -71,26 +72,29 @@ for b in bench["benchmarks"]:
     key = (int(parts["case"]), int(parts["threads"]))
     unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
     median[key] = b["real_time"] * unit
+    median_cpu[key] = b["cpu_time"] * unit
     counters[key] = b
 names = ["v3_hierarchical", "v3_one_node", "v3_36_ranks"]
 shapes = ["L=58 E=256 R=288 G=8 N=4 P=32", "L=58 E=256 R=288 G=8 N=1 P=32", "L=58 E=256 R=288 G=8 N=3 P=36"]
 variants = ["hierarchical", "hierarchical, 1 node", "global (8 % 3 != 0)"]
-python = {}
-ties = {}
+python, python_cpu, ties = {}, {}, {}
 for line in open(os.path.join(work, "python.txt")):
-    name, seconds, rest = (line.rstrip("\n").split(" ", 2) + [""])[:3]
-    python[name] = None if seconds == "-" else float(seconds)
+    name, wall, cpu, rest = (line.rstrip("\n").split(" ", 3) + [""])[:4]
+    python[name] = None if wall == "-" else float(wall)
+    python_cpu[name] = None if cpu == "-" else float(cpu)
     ties[name] = json.loads(rest) if rest.strip().startswith("{") else None
 
 def ms(seconds):
+    if seconds is None:
+        return "-"
     return f"{seconds * 1e3:.3f} ms" if seconds < 0.1 else f"{seconds * 1e3:.0f} ms"
 
 exact_all = True
-print(f"{'case':<16} {'shape':<30} {'variant':<22} {'eplb 1 thread':>14} {'eplb 2 threads':>15} "
-      f"{'Python ref':>11} {'ratio (1 thr)':>14} {'exact':>6}")
+print(f"{'case':<16} {'shape':<30} {'variant':<21} {'eplb 1 thread':>13} {'eplb 2 threads':>14} "
+      f"{'Python ref':>10} {'ratio':>6} | {'eplb CPU':>9} {'Python CPU':>10} {'ratio':>6} {'exact':>5}")
 for i, name in enumerate(names):
     one, two = median[(i, 1)], median[(i, 2)]
-    peer = python.get(name)
+    peer, peer_cpu = python.get(name), python_cpu.get(name)
     exact = "-"
     py_json = os.path.join(work, name + ".py.json")
     if peer is not None and os.path.exists(py_json):
@@ -100,8 +104,10 @@ for i, name in enumerate(names):
         exact = "yes" if same else "NO"
         exact_all &= same
     ratio = f"{peer / one:.0f}x" if peer else "-"
-    print(f"{name:<16} {shapes[i]:<30} {variants[i]:<22} {ms(one):>14} {ms(two):>15} "
-          f"{(ms(peer) if peer else '-'):>11} {ratio:>14} {exact:>6}")
+    cpu_one = median_cpu[(i, 1)]
+    cpu_ratio = f"{peer_cpu / cpu_one:.0f}x" if peer_cpu else "-"
+    print(f"{name:<16} {shapes[i]:<30} {variants[i]:<21} {ms(one):>13} {ms(two):>14} "
+          f"{ms(peer):>10} {ratio:>6} | {ms(cpu_one):>9} {ms(peer_cpu):>10} {cpu_ratio:>6} {exact:>5}")
 print()
 c = counters[(0, 1)]
 print(f"memory per call (v3_hierarchical, 1 thread): {int(c['allocs_per_call'])} allocations, "
@@ -119,7 +125,8 @@ if any(ties.values()):
         if t:
             print(f"  {name}: phy2log differs in {t['layers_differing']} of {t['layers']} layers; "
                   f"sorted rank loads identical: {'yes' if t['same_sorted_rank_loads'] else 'NO'}")
-print(f"eplb: median of {os.environ.get('EPLB_BENCH_REPETITIONS', '5')} Google Benchmark repetitions (wall time); "
-      f"Python: median of {os.environ.get('EPLB_PYTHON_REPEAT', '5')} runs, torch.set_num_threads(1)")
+print(f"eplb: median of {os.environ.get('EPLB_BENCH_REPETITIONS', '5')} Google Benchmark repetitions; "
+      f"Python: median of {os.environ.get('EPLB_PYTHON_REPEAT', '5')} runs, torch.set_num_threads(1). "
+      "Left: wall time; right: CPU time of the timed thread (1 thread), robust when the machine is shared.")
 sys.exit(0 if exact_all else 1)
 EOF

@@ -169,6 +169,10 @@ TEST_F(RebalanceCli, BadInputGivesOneClearLineAndAnExitCode) {
   EXPECT_EQ(affinity.exit_code, 2);
   EXPECT_NE(affinity.output.find("anti-affinity is impossible"), std::string::npos) << affinity.output;
 
+  CliRun bad_format = run_eplb("rebalance --format xml");
+  EXPECT_NE(bad_format.exit_code, 0);
+  EXPECT_NE(bad_format.output.find("--format"), std::string::npos) << bad_format.output;
+
   CliRun unknown = run_eplb("rebalance --policy nonsense");
   EXPECT_NE(unknown.exit_code, 0);
 }

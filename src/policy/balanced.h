@@ -26,9 +26,9 @@ struct BalanceSettings {
   // Replica counts other than greedy's are tried only when the greedy
   // largest per-replica load is >= this x the mean rank load.
   double count_search_ratio = 0.4;
-  int caps = 8;                      // per-replica caps tried: cap0 * (1 + cap_step * k), k < caps
-  double cap_step = 0.1;
-  std::vector<double> filler_fractions{1.0, 0.75, 0.5};
+  int caps = 5;                      // per-replica caps tried: cap0 * (1 + cap_step * k), k < caps
+  double cap_step = 0.15;
+  std::vector<double> filler_fractions{1.0, 0.75};
   bool refine_start = false;         // local search from deepseek's placement too
   int refined = 1;                   // best packings refined by local search
   int iterations = 32;               // moves per local search

@@ -93,6 +93,12 @@ int run_mpi(const std::string& mode) {
   Status status;
   if (mode == "mpi_exercise") {
     status = exercise(g);
+  } else if (mode == "mpi_kill") {  // the last rank dies after a barrier
+    status = g.barrier(Deadline::after_seconds(20));
+    if (status.is_ok()) {
+      if (g.rank() == g.size() - 1) ::raise(SIGKILL);
+      status = g.allgather("x", Deadline::after_seconds(10)).status();
+    }
   } else if (mode == "mpi_timeout") {  // the last rank is late: the others time out naming it
     status = g.barrier(Deadline::after_seconds(20));
     if (status.is_ok()) {

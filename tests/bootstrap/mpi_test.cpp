@@ -104,6 +104,23 @@ TEST(MpiGroup, LateRankTimesOutNamingIt) {
   EXPECT_LT(watch.seconds(), 30.0);
 }
 
+TEST(MpiGroup, KilledRankEndsTheJobWithinTheDeadline) {
+  if (find_mpirun().empty()) GTEST_SKIP() << "mpirun not found (install openmpi-bin): MPI bootstrap not tested";
+  Stopwatch watch;
+  Status launch;
+  auto verdicts = run_under_mpirun("mpi_kill", 4, &launch);
+  // mpirun notices the dead rank and stops the job; had it not, the survivors'
+  // 10 s deadline would have (each verdict written must then name rank 3).
+  EXPECT_FALSE(launch.is_ok());
+  EXPECT_LT(watch.seconds(), 30.0);
+  for (int r = 0; r < 3; ++r) {
+    if (verdicts[r] != "(no verdict)") {
+      EXPECT_NE(verdicts[r].find("rank 3"), std::string::npos) << "rank " << r << ": " << verdicts[r];
+    }
+  }
+  std::printf("killed rank: job ended after %.1f s: %s\n", watch.seconds(), launch.to_string().c_str());
+}
+
 TEST(MpiGroup, LaunchedByMpirunReadsTheEnvironment) {
   bool before = launched_by_mpirun();
   ::setenv("OMPI_COMM_WORLD_RANK", "3", 1);

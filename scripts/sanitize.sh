@@ -22,10 +22,9 @@ case "$mode" in
     bash "$root/scripts/build.sh" "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DEPLB_SANITIZE=thread -DEPLB_BUILD_BENCH=OFF
     export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
-    # Every test binary links UCX (eplb_all -> eplb_xfer). libucm's madvise hook
-    # takes a pthread rwlock when a thread exits, after TSan tore the thread
-    # down: SIGSEGV in __tsan::MutexPreReadLock. Without memory events UCX
-    # does not hook madvise.
+    # UCX's memory-event hooks (libucm patching malloc/mmap/madvise) crash under
+    # TSan's interceptors: at ucp_init, and when a thread exits (libucm's madvise
+    # hook takes a rwlock after TSan tore the thread down). Turn them off.
     export UCX_MEM_EVENTS=no
     ctest --test-dir "$dir" --output-on-failure --timeout 600 -j "$(nproc)" -L concurrent -LE no_tsan
     ;;

@@ -1,0 +1,263 @@
+// Placement JSON: the topology plus phy2log [L][R], log2phy [L][E][K] and
+// logcnt [L][E], one row per line, with optional extra top-level keys.
+//
+// The reader treats the file as untrusted: nesting depth is checked before
+// the DOM is built, every array's length is checked against the topology
+// before anything is allocated from it, every entry must be an int32, and the
+// result must pass Topology::validate and every Placement invariant. Errors
+// name the file and the key path (phy2log[3][7]).
+#include <climits>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "eplb/placement_io.h"
+#include "io_util.h"
+
+namespace eplb {
+namespace {
+
+using io::file_error;
+using json = nlohmann::json;
+
+constexpr int kMaxDepth = 32;
+const char* const kReservedKeys[] = {"topology", "phy2log", "log2phy", "logcnt"};
+
+bool reserved(const std::string& key) {
+  for (const char* name : kReservedKeys)
+    if (key == name) return true;
+  return false;
+}
+
+void append_int_row(std::string& out, std::span<const int32_t> row) {
+  out += '[';
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(row[i]);
+  }
+  out += ']';
+}
+
+// Depth of [ and { nesting outside strings; the byte where it first exceeds `limit`, or npos.
+size_t too_deep_at(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string_view name) : name_(name) {}
+
+  Status fail(const std::string& path, const std::string& what) const {
+    return file_error(Code::ParseError, name_, path + ": " + what);
+  }
+
+  Result<int32_t> integer(const json& value, const std::string& path) const {
+    if (!value.is_number_integer()) return fail(path, std::string("expected an integer, found ") + value.type_name());
+    if (value.is_number_unsigned()) {
+      uint64_t v = value.get<uint64_t>();
+      if (v > uint64_t(INT32_MAX)) return fail(path, std::to_string(v) + " is out of range");
+      return int32_t(v);
+    }
+    int64_t v = value.get<int64_t>();
+    if (v > INT32_MAX || v < INT32_MIN) return fail(path, std::to_string(v) + " is out of range");
+    return int32_t(v);
+  }
+
+  Status array_of(const json& value, const std::string& path, size_t expected, const char* what) const {
+    if (!value.is_array()) return fail(path, std::string("expected an array, found ") + value.type_name());
+    if (value.size() != expected)
+      return fail(path, "holds " + std::to_string(value.size()) + " entries, expected " + std::to_string(expected) +
+                            " (" + what + ")");
+    return Status::ok();
+  }
+
+  // A [rows][columns] integer matrix appended to `out`.
+  Status matrix(const json& root, const char* key, size_t rows, size_t columns, const char* row_what,
+                const char* column_what, std::vector<int32_t>& out) const {
+    auto found = root.find(key);
+    if (found == root.end()) return fail(key, "missing");
+    EPLB_TRY(array_of(*found, key, rows, row_what));
+    out.reserve(rows * columns);
+    for (size_t r = 0; r < rows; ++r) {
+      std::string row_path = std::string(key) + "[" + std::to_string(r) + "]";
+      const json& row = (*found)[r];
+      EPLB_TRY(array_of(row, row_path, columns, column_what));
+      for (size_t c = 0; c < columns; ++c) {
+        EPLB_ASSIGN_OR_RETURN(int32_t value, integer(row[c], row_path + "[" + std::to_string(c) + "]"));
+        out.push_back(value);
+      }
+    }
+    return Status::ok();
+  }
+
+ private:
+  std::string_view name_;
+};
+
+}  // namespace
+
+std::string placement_to_json(const Placement& placement, const Topology& topology,
+                              const std::string& extra_json_object) {
+  std::string out = "{\n  \"topology\": {\"layers\": " + std::to_string(topology.num_layers) +
+                    ", \"experts\": " + std::to_string(topology.num_experts) +
+                    ", \"slots\": " + std::to_string(topology.num_slots) +
+                    ", \"groups\": " + std::to_string(topology.num_groups) +
+                    ", \"nodes\": " + std::to_string(topology.num_nodes) +
+                    ", \"ranks\": " + std::to_string(topology.num_ranks) + "},\n";
+  out += "  \"phy2log\": [\n";
+  for (int l = 0; l < placement.num_layers(); ++l) {
+    out += "    ";
+    append_int_row(out, placement.layer_phy2log(l));
+    out += l + 1 < placement.num_layers() ? ",\n" : "\n";
+  }
+  out += "  ],\n  \"log2phy\": [\n";
+  const int replicas = placement.max_replicas();
+  for (int l = 0; l < placement.num_layers(); ++l) {
+    out += "    [";
+    for (int e = 0; e < placement.num_experts(); ++e) {
+      if (e) out += ", ";
+      append_int_row(out, std::span<const int32_t>(
+                              placement.log2phy_data().data() + (size_t(l) * placement.num_experts() + e) * replicas,
+                              size_t(replicas)));
+    }
+    out += l + 1 < placement.num_layers() ? "],\n" : "]\n";
+  }
+  out += "  ],\n  \"logcnt\": [\n";
+  for (int l = 0; l < placement.num_layers(); ++l) {
+    out += "    ";
+    append_int_row(out, placement.layer_logcnt(l));
+    out += l + 1 < placement.num_layers() ? ",\n" : "\n";
+  }
+  out += "  ]";
+  // Extra keys (policy, metrics, ...): an invalid or non-object `extra` is
+  // dropped here (write_placement_file reports it); reserved keys are skipped.
+  json extra = json::parse(extra_json_object, nullptr, false);
+  if (!extra.is_discarded() && extra.is_object())
+    for (auto it = extra.begin(); it != extra.end(); ++it) {
+      if (reserved(it.key())) continue;
+      out += ",\n  " + json(it.key()).dump() + ": " + it.value().dump();
+    }
+  out += "\n}\n";
+  return out;
+}
+
+Status write_placement_file(const std::string& path, const Placement& placement, const Topology& topology,
+                            const std::string& extra_json_object) {
+  json extra = json::parse(extra_json_object, nullptr, false);
+  if (extra.is_discarded() || !extra.is_object())
+    return file_error(Code::InvalidArgument, path, "the extra keys must be a JSON object, got '" +
+                                                        extra_json_object.substr(0, 60) + "'");
+  for (auto it = extra.begin(); it != extra.end(); ++it)
+    if (reserved(it.key()))
+      return file_error(Code::InvalidArgument, path, "extra key \"" + it.key() + "\" is reserved");
+  EPLB_TRY(placement.validate_against(topology).with_context(path + ": refusing to write"));
+  return io::write_file(path, placement_to_json(placement, topology, extra_json_object));
+}
+
+Result<PlacementFile> parse_placement_json(std::string_view text, std::string_view name) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return file_error(Code::ParseError, name, "empty file (expected a placement JSON object)");
+  size_t deep = too_deep_at(text, kMaxDepth);
+  if (deep != std::string_view::npos)
+    return file_error(Code::ParseError, name,
+                      "byte " + std::to_string(deep) + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
+  json root;
+  try {
+    root = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& problem) {
+    std::string what = problem.what();
+    size_t bracket = what.find("] ");
+    if (bracket != std::string::npos) what = what.substr(bracket + 2);
+    return file_error(Code::ParseError, name, "byte " + std::to_string(problem.byte) + ": " + what);
+  } catch (const std::exception& problem) {
+    return file_error(Code::ParseError, name, std::string("cannot parse: ") + problem.what());
+  }
+  Reader reader(name);
+  if (!root.is_object())
+    return file_error(Code::ParseError, name, std::string("the top level is ") + root.type_name() +
+                                                  ", expected an object with topology, phy2log, log2phy, logcnt");
+  auto topology_entry = root.find("topology");
+  if (topology_entry == root.end()) return reader.fail("topology", "missing");
+  if (!topology_entry->is_object())
+    return reader.fail("topology", std::string("expected an object, found ") + topology_entry->type_name());
+  PlacementFile file;
+  struct Field {
+    const char* key;
+    int* target;
+  } fields[] = {{"layers", &file.topology.num_layers}, {"experts", &file.topology.num_experts},
+                {"slots", &file.topology.num_slots},   {"groups", &file.topology.num_groups},
+                {"nodes", &file.topology.num_nodes},   {"ranks", &file.topology.num_ranks}};
+  for (const Field& field : fields) {
+    std::string path = std::string("topology.") + field.key;
+    auto entry = topology_entry->find(field.key);
+    if (entry == topology_entry->end()) return reader.fail(path, "missing");
+    EPLB_ASSIGN_OR_RETURN(*field.target, reader.integer(*entry, path));
+  }
+  Status topology_status = file.topology.validate();
+  if (!topology_status.is_ok()) return reader.fail("topology", topology_status.message());
+
+  const Topology& t = file.topology;
+  std::vector<int32_t> phy2log, logcnt, log2phy;
+  EPLB_TRY(reader.matrix(root, "phy2log", size_t(t.num_layers), size_t(t.num_slots), "one row per layer",
+                         "one entry per slot", phy2log));
+  EPLB_TRY(reader.matrix(root, "logcnt", size_t(t.num_layers), size_t(t.num_experts), "one row per layer",
+                         "one entry per expert", logcnt));
+
+  auto log2phy_entry = root.find("log2phy");
+  if (log2phy_entry == root.end()) return reader.fail("log2phy", "missing");
+  EPLB_TRY(reader.array_of(*log2phy_entry, "log2phy", size_t(t.num_layers), "one entry per layer"));
+  size_t replicas = 0;
+  for (size_t l = 0; l < size_t(t.num_layers); ++l) {
+    std::string layer_path = "log2phy[" + std::to_string(l) + "]";
+    const json& layer = (*log2phy_entry)[l];
+    EPLB_TRY(reader.array_of(layer, layer_path, size_t(t.num_experts), "one entry per expert"));
+    for (size_t e = 0; e < size_t(t.num_experts); ++e) {
+      std::string expert_path = layer_path + "[" + std::to_string(e) + "]";
+      const json& slots = layer[e];
+      if (!slots.is_array())
+        return reader.fail(expert_path, std::string("expected an array of slots, found ") + slots.type_name());
+      if (replicas == 0) {
+        if (slots.empty() || slots.size() > size_t(t.num_slots))
+          return reader.fail(expert_path, "holds " + std::to_string(slots.size()) +
+                                              " entries; the replica width must be in [1, slots=" +
+                                              std::to_string(t.num_slots) + "]");
+        replicas = slots.size();
+        log2phy.reserve(size_t(t.num_layers) * size_t(t.num_experts) * replicas);
+      }
+      EPLB_TRY(reader.array_of(slots, expert_path, replicas, "the replica width of log2phy[0][0]"));
+      for (size_t k = 0; k < replicas; ++k) {
+        EPLB_ASSIGN_OR_RETURN(int32_t slot, reader.integer(slots[k], expert_path + "[" + std::to_string(k) + "]"));
+        log2phy.push_back(slot);
+      }
+    }
+  }
+  auto placement = Placement::from_arrays(t.num_layers, t.num_experts, t.num_slots, int(replicas),
+                                          std::move(phy2log), std::move(log2phy), std::move(logcnt));
+  if (!placement.is_ok())
+    return file_error(Code::ParseError, name, "phy2log/log2phy/logcnt are inconsistent: " +
+                                                  placement.status().message());
+  file.placement = std::move(placement).value();
+  return file;
+}
+
+Result<PlacementFile> read_placement_file(const std::string& path) {
+  EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, io::read_file(path));
+  return parse_placement_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
+}
+
+}  // namespace eplb

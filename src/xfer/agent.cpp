@@ -1,0 +1,201 @@
+// Agent: creation, memory registration, metadata export/load, peers.
+#include <algorithm>
+#include <set>
+
+#include "agent_impl.h"
+
+namespace eplb::xfer {
+
+const char* operation_name(Operation op) {
+  switch (op) {
+    case Operation::Read: return "READ";
+    case Operation::Write: return "WRITE";
+  }
+  return "UNKNOWN-OPERATION";
+}
+
+Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
+  if (config.name.empty() || config.name.size() > kMaxAgentNameLength)
+    return error(Code::InvalidArgument, "agent name must have 1.." + std::to_string(kMaxAgentNameLength) +
+                                            " bytes, got " + std::to_string(config.name.size()));
+  for (char c : config.name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return error(Code::InvalidArgument, "agent name contains a control character");
+  if (config.progress_thread)
+    return error(Code::Unsupported,
+                 "agent " + config.name + ": progress_thread is not supported; progress is driven by status(), wait() "
+                 "and progress()");
+  Result<std::unique_ptr<Backend>> backend = error(Code::InvalidArgument, "");
+  if (config.backend == "ucx")
+    backend = make_ucx_backend(config);
+  else if (config.backend == "loopback")
+    backend = make_loopback_backend(config);
+  else
+    return error(Code::InvalidArgument,
+                 "agent " + config.name + ": unknown backend '" + config.backend + "' (known: ucx, loopback)");
+  if (!backend) return backend.status().with_context("agent " + config.name + ": backend " + config.backend);
+  std::unique_ptr<Backend> chosen = std::move(backend).value();
+  if (!config.fault_spec.empty()) {
+    auto faulty = make_faulty_backend(std::move(chosen), config.fault_spec);
+    if (!faulty) return faulty.status().with_context("agent " + config.name);
+    chosen = std::move(faulty).value();
+  }
+  return std::unique_ptr<Agent>(new AgentImpl(config.name, std::move(chosen)));
+}
+
+AgentImpl::AgentImpl(std::string name, std::unique_ptr<Backend> backend)
+    : name_(std::move(name)), backend_(std::move(backend)) {}
+
+AgentImpl::~AgentImpl() {
+  // Backend requests first (they cancel), then what they point into.
+  requests_.clear();
+  lists_.clear();
+  peers_.clear();
+  regions_.clear();
+  backend_.reset();
+}
+
+Result<RegionId> AgentImpl::register_memory(const MemoryRegion& region) {
+  auto address = reinterpret_cast<uintptr_t>(region.address);
+  if (region.address == nullptr || region.length == 0)
+    return error(Code::InvalidArgument, "agent " + name_ + ": cannot register a null or empty region");
+  if (address + region.length < address)
+    return error(Code::InvalidArgument, "agent " + name_ + ": region wraps around the address space");
+  if (region.kind != MemoryKind::Host && region.kind != MemoryKind::Device)
+    return error(Code::InvalidArgument, "agent " + name_ + ": unknown memory kind " +
+                                            std::to_string(static_cast<int>(region.kind)));
+  if (region.kind == MemoryKind::Device)
+    return error(Code::Unsupported, "agent " + name_ + ": device memory is not supported yet (host only)");
+  auto memory = backend_->register_memory(region);
+  if (!memory)
+    return memory.status().with_context("agent " + name_ + ": registering " + format_bytes(region.length));
+  auto state = std::make_shared<LocalRegionState>();
+  state->id = next_handle();
+  state->region = region;
+  state->memory = std::move(memory).value();
+  regions_[state->id] = state;
+  return state->id;
+}
+
+Status AgentImpl::deregister_memory(RegionId id) {
+  auto found = regions_.find(id);
+  if (found == regions_.end())
+    return error(Code::NotFound, "agent " + name_ + ": no registered region " + std::to_string(id));
+  if (found->second.use_count() > 1)
+    return error(Code::NotAllowed, "agent " + name_ + ": region " + std::to_string(id) +
+                                       " is used by descriptor lists or requests; release them first");
+  regions_.erase(found);
+  return Status::ok();
+}
+
+Result<AgentMetadata> AgentImpl::build_metadata(std::span<const RegionId> ids, bool all) const {
+  AgentMetadata metadata;
+  metadata.agent_name = name_;
+  metadata.backend_name = backend_->name();
+  metadata.connection_info = backend_->connection_info();
+  std::vector<const LocalRegionState*> chosen;
+  if (all) {
+    for (const auto& [id, state] : regions_) chosen.push_back(state.get());
+  } else {
+    std::set<RegionId> seen;
+    for (RegionId id : ids) {
+      auto found = regions_.find(id);
+      if (found == regions_.end())
+        return error(Code::NotFound, "agent " + name_ + ": cannot export unknown region " + std::to_string(id));
+      if (!seen.insert(id).second)
+        return error(Code::InvalidArgument, "agent " + name_ + ": region " + std::to_string(id) + " listed twice");
+      chosen.push_back(found->second.get());
+    }
+  }
+  for (const LocalRegionState* state : chosen) {
+    RegionMetadata region;
+    region.id = state->id;
+    region.address = reinterpret_cast<uintptr_t>(state->region.address);
+    region.length = state->region.length;
+    region.kind = state->region.kind;
+    region.device_id = state->region.device_id;
+    region.packed_key = state->memory->packed_remote_key();
+    metadata.regions.push_back(std::move(region));
+  }
+  return metadata;
+}
+
+Result<std::vector<uint8_t>> AgentImpl::export_metadata() const {
+  EPLB_ASSIGN_OR_RETURN(AgentMetadata metadata, build_metadata({}, true));
+  return encode_metadata(metadata);
+}
+
+Result<std::vector<uint8_t>> AgentImpl::export_metadata(std::span<const RegionId> regions) const {
+  EPLB_ASSIGN_OR_RETURN(AgentMetadata metadata, build_metadata(regions, false));
+  return encode_metadata(metadata);
+}
+
+// Unpacks the keys of regions not yet known; all or nothing.
+Status AgentImpl::add_remote_regions(PeerState& peer, const AgentMetadata& metadata) {
+  std::map<uint64_t, RemoteRegionState> added;
+  for (const RegionMetadata& region : metadata.regions) {
+    auto known = peer.regions.find(region.id);
+    if (known != peer.regions.end()) {
+      if (known->second.metadata == region) continue;
+      return error(Code::NotAllowed, "agent " + name_ + ": metadata of agent " + peer.name + " changed region " +
+                                         std::to_string(region.id) + " since it was loaded; invalidate_peer(\"" +
+                                         peer.name + "\") first");
+    }
+    auto key = backend_->unpack_remote_key(*peer.connection, region.packed_key);
+    if (!key)
+      return key.status().with_context("agent " + name_ + ": remote key of region " + std::to_string(region.id) +
+                                       " of agent " + peer.name);
+    added[region.id] = RemoteRegionState{region, std::move(key).value()};
+  }
+  for (auto& [id, state] : added) peer.regions[id] = std::move(state);
+  return Status::ok();
+}
+
+Result<std::string> AgentImpl::load_metadata(std::span<const uint8_t> bytes) {
+  auto decoded = decode_metadata(bytes);
+  if (!decoded) return decoded.status().with_context("agent " + name_ + ": loading peer metadata");
+  const AgentMetadata& metadata = *decoded;
+  if (metadata.backend_name != backend_->name())
+    return error(Code::Mismatch, "agent " + name_ + ": agent " + metadata.agent_name + " uses backend " +
+                                     metadata.backend_name + ", this agent uses " + backend_->name());
+  auto known = peers_.find(metadata.agent_name);
+  if (known != peers_.end()) {
+    PeerState& peer = *known->second;
+    if (peer.connection_info != metadata.connection_info)
+      return error(Code::NotAllowed, "agent " + name_ + ": connection info of agent " + peer.name +
+                                         " changed since it was loaded (restarted?); invalidate_peer(\"" + peer.name +
+                                         "\") first");
+    EPLB_TRY(add_remote_regions(peer, metadata));
+    return metadata.agent_name;
+  }
+  auto connection = backend_->connect(metadata.agent_name, metadata.connection_info);
+  if (!connection)
+    return connection.status().with_context("agent " + name_ + ": connecting to agent " + metadata.agent_name);
+  auto peer = std::make_shared<PeerState>();
+  peer->name = metadata.agent_name;
+  peer->generation = peer_generations_[peer->name];
+  peer->connection_info = metadata.connection_info;
+  peer->connection = std::move(connection).value();
+  EPLB_TRY(add_remote_regions(*peer, metadata));
+  peers_[peer->name] = std::move(peer);
+  return metadata.agent_name;
+}
+
+Status AgentImpl::invalidate_peer(const std::string& name) {
+  auto found = peers_.find(name);
+  if (found == peers_.end()) return error(Code::NotFound, "agent " + name_ + ": unknown peer " + name);
+  // Running transfers against the peer are canceled: their keys go away.
+  for (auto& [id, request] : requests_) {
+    if (request->remote->peer != found->second || request->phase != RequestPhase::InProgress) continue;
+    request->backend.reset();
+    request->phase = RequestPhase::Failed;
+    request->failure = error(Code::Canceled, describe(*request) + " canceled after " +
+                                                 format_seconds(request->since_post.seconds()) + ": agent " + name +
+                                                 " was invalidated");
+  }
+  ++peer_generations_[name];
+  peers_.erase(found);
+  return Status::ok();
+}
+
+}  // namespace eplb::xfer

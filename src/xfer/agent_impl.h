@@ -1,0 +1,130 @@
+// agent_impl.h - the Agent implementation's state. Internal to src/xfer/.
+//
+// Ownership: the backend outlives everything; requests hold their
+// descriptor lists, lists hold the regions / peer they point into, so a
+// backend object is never destroyed while something can still use it.
+// Destruction order inside AgentImpl: requests, lists, peers, regions,
+// backend (member order below, reversed).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "eplb/xfer.h"
+#include "metadata.h"
+
+namespace eplb::xfer {
+
+struct LocalRegionState {
+  RegionId id = 0;
+  MemoryRegion region;
+  std::unique_ptr<BackendMemory> memory;
+};
+
+struct RemoteRegionState {
+  RegionMetadata metadata;
+  std::unique_ptr<BackendRemoteKey> key;
+};
+
+// A loaded peer. Member order: keys are destroyed before the connection.
+struct PeerState {
+  std::string name;
+  uint64_t generation = 0;
+  std::vector<uint8_t> connection_info;
+  std::unique_ptr<BackendPeer> connection;
+  std::map<uint64_t, RemoteRegionState> regions;  // by the peer's region id
+};
+
+struct ListEntry {
+  uint64_t address = 0;
+  uint64_t length = 0;
+  const BackendMemory* local_memory = nullptr;  // local lists
+  const BackendRemoteKey* remote_key = nullptr;  // remote lists
+};
+
+struct DescriptorListState {
+  bool remote = false;
+  std::shared_ptr<PeerState> peer;  // remote lists
+  uint64_t peer_generation = 0;  // the peer's generation when prepared (for messages)
+  std::vector<std::shared_ptr<LocalRegionState>> regions;  // local lists: the regions entries point into
+  std::vector<ListEntry> entries;
+};
+
+enum class RequestPhase : uint8_t { Idle, InProgress, Done, Failed };
+
+struct RequestStateRecord {
+  Operation op = Operation::Read;
+  std::shared_ptr<DescriptorListState> local;
+  std::shared_ptr<DescriptorListState> remote;
+  std::vector<TransferSegment> segments;
+  std::string notification;
+  uint64_t total_bytes = 0;
+  RequestPhase phase = RequestPhase::Idle;
+  Status failure;
+  Stopwatch since_post;
+  std::unique_ptr<BackendRequest> backend;
+};
+
+class AgentImpl final : public Agent {
+ public:
+  AgentImpl(std::string name, std::unique_ptr<Backend> backend);
+  ~AgentImpl() override;
+
+  const std::string& name() const override { return name_; }
+  std::string backend_name() const override { return backend_->name(); }
+
+  Result<RegionId> register_memory(const MemoryRegion& region) override;
+  Status deregister_memory(RegionId region) override;
+
+  Result<std::vector<uint8_t>> export_metadata() const override;
+  Result<std::vector<uint8_t>> export_metadata(std::span<const RegionId> regions) const override;
+  Result<std::string> load_metadata(std::span<const uint8_t> metadata) override;
+  Status invalidate_peer(const std::string& peer) override;
+  bool knows_peer(const std::string& peer) const override { return peers_.count(peer) != 0; }
+
+  Result<DescriptorListId> prepare_local(std::span<const Descriptor> descriptors, bool merge) override;
+  Result<DescriptorListId> prepare_remote(const std::string& peer, std::span<const Descriptor> descriptors,
+                                          bool merge) override;
+  Result<size_t> descriptor_count(DescriptorListId list) const override;
+  Status release_descriptor_list(DescriptorListId list) override;
+
+  Result<RequestId> make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
+                                 DescriptorListId remote, std::span<const int> remote_indices,
+                                 const std::string& notification) override;
+  Status post(RequestId request) override;
+  RequestStatus status(RequestId request) override;
+  Status release(RequestId request) override;
+  Status wait(std::span<const RequestId> requests, Deadline deadline) override;
+
+  Status send_notification(const std::string& peer, const std::string& message) override;
+  std::vector<Notification> take_notifications() override;
+  Result<std::vector<Notification>> wait_notifications(Deadline deadline) override;
+
+  void progress() override { backend_->progress(); }
+
+ private:
+  uint64_t next_handle() { return next_handle_++; }
+  Result<AgentMetadata> build_metadata(std::span<const RegionId> regions, bool all) const;
+  Status add_remote_regions(PeerState& peer, const AgentMetadata& metadata);
+  // Polls one request's backend (if running) and updates its phase.
+  void poll(RequestStateRecord& request);
+  std::string describe(const RequestStateRecord& request) const;  // "READ of 9 descriptors (396 MiB) from agent x"
+  // A remote list is stale once its peer was invalidated (even if reloaded since).
+  bool is_stale(const DescriptorListState& list) const;
+  Status stale_list_error(const DescriptorListState& list, const std::string& what) const;
+  Status fail_request(RequestStateRecord& request, const Status& backend_failure);
+
+  std::string name_;
+  uint64_t next_handle_ = 1;
+  std::unique_ptr<Backend> backend_;
+  std::map<RegionId, std::shared_ptr<LocalRegionState>> regions_;
+  std::map<std::string, uint64_t> peer_generations_;  // survives invalidation
+  std::map<std::string, std::shared_ptr<PeerState>> peers_;
+  std::map<DescriptorListId, std::shared_ptr<DescriptorListState>> lists_;
+  std::map<RequestId, std::unique_ptr<RequestStateRecord>> requests_;
+};
+
+}  // namespace eplb::xfer

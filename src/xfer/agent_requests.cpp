@@ -1,0 +1,252 @@
+// Agent: requests (make, post, status, release, wait) and notifications.
+#include <thread>
+
+#include "agent_impl.h"
+
+namespace eplb::xfer {
+namespace {
+
+constexpr size_t kMaxListedInTimeout = 16;
+
+std::string plural(size_t count, const char* noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+// Paces a polling loop: yields at first, then sleeps briefly so a long wait
+// does not burn a core; never sleeps past the deadline.
+class Pacer {
+ public:
+  explicit Pacer(const Deadline& deadline) : deadline_(deadline) {}
+  void pause() {
+    if (++rounds_ < 2000) {
+      std::this_thread::yield();
+      return;
+    }
+    auto nap = std::min<std::chrono::nanoseconds>(std::chrono::microseconds(50), deadline_.remaining());
+    if (nap.count() > 0) std::this_thread::sleep_for(nap);
+  }
+
+ private:
+  const Deadline& deadline_;
+  uint64_t rounds_ = 0;
+};
+
+// Resolves an index span ("empty" = all) against a list of `count` entries.
+Status resolve_indices(const std::string& agent, const char* side, std::span<const int> indices, size_t count,
+                       std::vector<size_t>* out) {
+  out->clear();
+  if (indices.empty()) {
+    for (size_t i = 0; i < count; ++i) out->push_back(i);
+    return Status::ok();
+  }
+  out->reserve(indices.size());
+  for (size_t position = 0; position < indices.size(); ++position) {
+    int index = indices[position];
+    if (index < 0 || static_cast<size_t>(index) >= count)
+      return error(Code::InvalidArgument, "agent " + agent + ": " + side + " index " + std::to_string(index) +
+                                              " at position " + std::to_string(position) +
+                                              " is out of range (the list has " + plural(count, "descriptor") + ")");
+    out->push_back(static_cast<size_t>(index));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+std::string AgentImpl::describe(const RequestStateRecord& request) const {
+  return std::string(operation_name(request.op)) + " of " + plural(request.segments.size(), "descriptor") + " (" +
+         format_bytes(request.total_bytes) + ") " + (request.op == Operation::Read ? "from" : "to") + " agent " +
+         request.remote->peer->name;
+}
+
+Result<RequestId> AgentImpl::make_request(Operation op, DescriptorListId local_id, std::span<const int> local_indices,
+                                          DescriptorListId remote_id, std::span<const int> remote_indices,
+                                          const std::string& notification) {
+  if (op != Operation::Read && op != Operation::Write)
+    return error(Code::InvalidArgument,
+                 "agent " + name_ + ": unknown operation " + std::to_string(static_cast<int>(op)));
+  auto local = lists_.find(local_id);
+  if (local == lists_.end())
+    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(local_id));
+  auto remote = lists_.find(remote_id);
+  if (remote == lists_.end())
+    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(remote_id));
+  if (local->second->remote)
+    return error(Code::InvalidArgument, "agent " + name_ + ": descriptor list " + std::to_string(local_id) +
+                                            " is a remote list, the local side needs a local one");
+  if (!remote->second->remote)
+    return error(Code::InvalidArgument, "agent " + name_ + ": descriptor list " + std::to_string(remote_id) +
+                                            " is a local list, the remote side needs a remote one");
+  if (is_stale(*remote->second)) return stale_list_error(*remote->second, "descriptor list " + std::to_string(remote_id));
+
+  const auto& local_entries = local->second->entries;
+  const auto& remote_entries = remote->second->entries;
+  std::vector<size_t> local_picked, remote_picked;
+  EPLB_TRY(resolve_indices(name_, "local", local_indices, local_entries.size(), &local_picked));
+  EPLB_TRY(resolve_indices(name_, "remote", remote_indices, remote_entries.size(), &remote_picked));
+  if (local_picked.size() != remote_picked.size())
+    return error(Code::InvalidArgument, "agent " + name_ + ": " + plural(local_picked.size(), "local descriptor") +
+                                            " cannot pair with " + plural(remote_picked.size(), "remote descriptor"));
+
+  auto request = std::make_unique<RequestStateRecord>();
+  request->op = op;
+  request->local = local->second;
+  request->remote = remote->second;
+  request->notification = notification;
+  request->segments.reserve(local_picked.size());
+  for (size_t i = 0; i < local_picked.size(); ++i) {
+    const ListEntry& l = local_entries[local_picked[i]];
+    const ListEntry& r = remote_entries[remote_picked[i]];
+    if (l.length != r.length)
+      return error(Code::InvalidArgument, "agent " + name_ + ": pair " + std::to_string(i) + ": local descriptor " +
+                                              std::to_string(local_picked[i]) + " has " + std::to_string(l.length) +
+                                              " bytes but remote descriptor " + std::to_string(remote_picked[i]) +
+                                              " has " + std::to_string(r.length));
+    request->segments.push_back(
+        TransferSegment{reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(l.address)), l.local_memory, r.address,
+                        r.remote_key, l.length});
+    request->total_bytes += l.length;
+  }
+  RequestId id = next_handle();
+  requests_[id] = std::move(request);
+  return id;
+}
+
+Status AgentImpl::fail_request(RequestStateRecord& request, const Status& backend_failure) {
+  request.backend.reset();
+  request.phase = RequestPhase::Failed;
+  Code code = backend_failure.is_ok() ? Code::Internal : backend_failure.code();
+  std::string text = backend_failure.is_ok() ? "backend reported a failure without a reason" : backend_failure.message();
+  request.failure = error(code, describe(request) + " failed after " + format_seconds(request.since_post.seconds()) +
+                                    ": " + std::string(code_name(code)) + " (" + text + ")");
+  return request.failure;
+}
+
+Status AgentImpl::post(RequestId id) {
+  auto found = requests_.find(id);
+  if (found == requests_.end()) return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id));
+  RequestStateRecord& request = *found->second;
+  if (request.phase == RequestPhase::InProgress)
+    return error(Code::NotAllowed, "agent " + name_ + ": request " + std::to_string(id) + " (" + describe(request) +
+                                       ") is still in progress; wait for it or release it before posting again");
+  if (is_stale(*request.remote)) return stale_list_error(*request.remote, "request " + std::to_string(id));
+  request.failure = Status::ok();
+  request.since_post.reset();
+  auto posted = backend_->post(request.op, *request.remote->peer->connection, request.segments, name_,
+                               request.notification);
+  if (!posted) return fail_request(request, posted.status());
+  request.backend = std::move(posted).value();
+  request.phase = RequestPhase::InProgress;
+  return Status::ok();
+}
+
+void AgentImpl::poll(RequestStateRecord& request) {
+  if (request.phase != RequestPhase::InProgress || !request.backend) return;
+  Status failure;
+  switch (request.backend->poll(&failure)) {
+    case RequestState::InProgress: return;
+    case RequestState::Done:
+      request.backend.reset();
+      request.phase = RequestPhase::Done;
+      return;
+    case RequestState::Failed: (void)fail_request(request, failure); return;
+  }
+}
+
+RequestStatus AgentImpl::status(RequestId id) {
+  auto found = requests_.find(id);
+  if (found == requests_.end())
+    return {RequestState::Failed, error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id))};
+  RequestStateRecord& request = *found->second;
+  if (request.phase == RequestPhase::InProgress) {
+    backend_->progress();
+    poll(request);
+  }
+  switch (request.phase) {
+    case RequestPhase::Idle:
+      return {RequestState::Failed, error(Code::NotAllowed, "agent " + name_ + ": request " + std::to_string(id) +
+                                                                 " (" + describe(request) + ") was never posted")};
+    case RequestPhase::InProgress: return {RequestState::InProgress, Status::ok()};
+    case RequestPhase::Done: return {RequestState::Done, Status::ok()};
+    case RequestPhase::Failed: return {RequestState::Failed, request.failure};
+  }
+  return {RequestState::Failed, error(Code::Internal, "request in an unknown phase")};
+}
+
+Status AgentImpl::release(RequestId id) {
+  auto found = requests_.find(id);
+  if (found == requests_.end())
+    return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id) + " (released already?)");
+  requests_.erase(found);  // destroying the backend request cancels it
+  return Status::ok();
+}
+
+Status AgentImpl::wait(std::span<const RequestId> ids, Deadline deadline) {
+  std::vector<RequestStateRecord*> waiting;
+  waiting.reserve(ids.size());
+  for (RequestId id : ids) {
+    auto found = requests_.find(id);
+    if (found == requests_.end()) return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id));
+    if (found->second->phase == RequestPhase::Idle)
+      return error(Code::NotAllowed, "agent " + name_ + ": request " + std::to_string(id) + " (" +
+                                         describe(*found->second) + ") was never posted");
+    waiting.push_back(found->second.get());
+  }
+  Stopwatch waited;
+  Pacer pacer(deadline);
+  for (;;) {
+    backend_->progress();
+    bool all_done = true;
+    for (RequestStateRecord* request : waiting) {
+      poll(*request);
+      if (request->phase == RequestPhase::Failed) return request->failure;
+      if (request->phase != RequestPhase::Done) all_done = false;
+    }
+    if (all_done) return Status::ok();
+    if (deadline.expired()) break;
+    pacer.pause();
+  }
+  std::string listed;
+  size_t pending = 0;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    if (waiting[i]->phase != RequestPhase::InProgress) continue;
+    if (++pending > kMaxListedInTimeout) continue;
+    if (!listed.empty()) listed += ", ";
+    listed += "request " + std::to_string(ids[i]) + " (" + describe(*waiting[i]) + ", posted " +
+              format_seconds(waiting[i]->since_post.seconds()) + " ago)";
+  }
+  if (pending > kMaxListedInTimeout) listed += " and " + std::to_string(pending - kMaxListedInTimeout) + " more";
+  return error(Code::Timeout, "agent " + name_ + ": wait timed out after " + format_seconds(waited.seconds()) +
+                                  " with " + std::to_string(pending) + " of " + plural(waiting.size(), "request") +
+                                  " still in progress: " + listed);
+}
+
+Status AgentImpl::send_notification(const std::string& peer, const std::string& message) {
+  auto found = peers_.find(peer);
+  if (found == peers_.end())
+    return error(Code::NotFound, "agent " + name_ + ": unknown peer " + peer + " (load its metadata first)");
+  Status sent = backend_->send_notification(*found->second->connection, name_, message);
+  if (sent) return sent;
+  return error(sent.code(), "agent " + name_ + ": notification to agent " + peer + " failed: " +
+                                std::string(code_name(sent.code())) + " (" + sent.message() + ")");
+}
+
+std::vector<Notification> AgentImpl::take_notifications() {
+  backend_->progress();
+  return backend_->take_notifications();
+}
+
+Result<std::vector<Notification>> AgentImpl::wait_notifications(Deadline deadline) {
+  Stopwatch waited;
+  Pacer pacer(deadline);
+  for (;;) {
+    std::vector<Notification> arrived = take_notifications();
+    if (!arrived.empty()) return arrived;
+    if (deadline.expired()) break;
+    pacer.pause();
+  }
+  return error(Code::Timeout,
+               "agent " + name_ + ": no notification arrived within " + format_seconds(waited.seconds()));
+}
+
+}  // namespace eplb::xfer

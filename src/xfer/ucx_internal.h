@@ -1,0 +1,141 @@
+// ucx_internal.h - the UCX backend's shared state (internal to src/xfer/).
+//
+// Ownership: every UCX object is reached through a shared_ptr chain that
+// mirrors UCX's own lifetime rules, so the Agent may destroy handles in any
+// order:
+//   UcxRequest  -> UcxPeerState (endpoint)  -> UcxWorkerState (worker, context)
+//   UcxRemoteKey -> UcxPeerState
+//   UcxMemory   -> UcxWorkerState
+// The last owner of a state tears it down: requests are canceled and
+// drained, rkeys destroyed, the endpoint closed (forced when the peer is
+// dead, bounded by a deadline), memory unmapped, then the worker and the
+// context. Single-threaded: everything runs on the Agent's caller thread.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+
+namespace eplb::xfer::ucx {
+
+// Active-message id used for notifications.
+inline constexpr unsigned kNotificationAmId = 0x6e;
+// Largest notification payload accepted or sent (sender name + message).
+inline constexpr size_t kMaxNotificationBytes = 1 << 20;
+// How long teardown may wait for UCX to close an endpoint or drain requests.
+inline constexpr double kTeardownSeconds = 0.5;
+
+// "UCX: <ucs_status_string>".
+std::string ucx_text(ucs_status_t status);
+// Transport status -> eplb code: connection loss -> RemoteDisconnect,
+// UCS_ERR_CANCELED -> Canceled, anything else -> Backend.
+Code code_for(ucs_status_t status);
+Status status_for(ucs_status_t status, const std::string& context);
+
+struct UcxWorkerState;
+
+// Where an endpoint's error callback lands. Owned by the worker state and
+// kept until the worker is destroyed, so a late callback never touches a
+// freed peer; `peer` is cleared when the peer state goes away.
+struct EndpointErrorSlot {
+  struct UcxPeerState* peer = nullptr;
+};
+
+// A standalone notification UCX has not finished sending yet.
+struct ParkedSend {
+  void* request = nullptr;
+  std::unique_ptr<std::vector<uint8_t>> payload;  // must outlive the request
+};
+
+struct UcxWorkerState {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::vector<Notification> notifications;
+  std::vector<std::unique_ptr<EndpointErrorSlot>> error_slots;
+  std::vector<ParkedSend> parked_sends;
+  uint64_t dropped_notifications = 0;
+
+  UcxWorkerState() = default;
+  UcxWorkerState(const UcxWorkerState&) = delete;
+  UcxWorkerState& operator=(const UcxWorkerState&) = delete;
+  ~UcxWorkerState();
+
+  unsigned progress() { return ucp_worker_progress(worker); }
+  // Progresses until `request` (a UCS status pointer) completes or `seconds`
+  // pass; returns its final status (UCS_INPROGRESS if the time ran out).
+  // Frees the request when it completed.
+  ucs_status_t wait_request(void* request, double seconds);
+  // Frees the parked sends UCX has finished with.
+  void reap_parked_sends();
+};
+
+struct UcxPeerState {
+  std::shared_ptr<UcxWorkerState> worker;
+  std::string name;
+  ucp_ep_h endpoint = nullptr;
+  EndpointErrorSlot* error_slot = nullptr;
+  // Set by the endpoint error callback: the peer is gone.
+  bool failed = false;
+  // False when the transports cannot detect peer failure (UCX 1.13 mm).
+  bool peer_failure_handling = true;
+  ucs_status_t failure = UCS_OK;
+
+  UcxPeerState() = default;
+  UcxPeerState(const UcxPeerState&) = delete;
+  UcxPeerState& operator=(const UcxPeerState&) = delete;
+  ~UcxPeerState();
+};
+
+class UcxMemory final : public BackendMemory {
+ public:
+  UcxMemory(std::shared_ptr<UcxWorkerState> worker, ucp_mem_h memh, std::vector<uint8_t> packed)
+      : worker_(std::move(worker)), memh_(memh), packed_(std::move(packed)) {}
+  ~UcxMemory() override;
+  std::vector<uint8_t> packed_remote_key() const override { return packed_; }
+  ucp_mem_h memh() const { return memh_; }
+
+ private:
+  std::shared_ptr<UcxWorkerState> worker_;
+  ucp_mem_h memh_;
+  std::vector<uint8_t> packed_;
+};
+
+class UcxPeer final : public BackendPeer {
+ public:
+  explicit UcxPeer(std::shared_ptr<UcxPeerState> state) : state_(std::move(state)) {}
+  const std::shared_ptr<UcxPeerState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<UcxPeerState> state_;
+};
+
+class UcxRemoteKey final : public BackendRemoteKey {
+ public:
+  UcxRemoteKey(std::shared_ptr<UcxPeerState> peer, ucp_rkey_h rkey) : peer_(std::move(peer)), rkey_(rkey) {}
+  ~UcxRemoteKey() override;
+  ucp_rkey_h rkey() const { return rkey_; }
+  const UcxPeerState* peer() const { return peer_.get(); }
+
+ private:
+  std::shared_ptr<UcxPeerState> peer_;
+  ucp_rkey_h rkey_;
+};
+
+// Sends `payload` as a notification active message; the returned status
+// pointer (may be NULL = done, or an error) must be tracked by the caller.
+ucs_status_ptr_t send_notification_am(UcxPeerState& peer, const std::vector<uint8_t>& payload);
+// Encodes a notification payload: u32 little-endian name length, name, message.
+std::vector<uint8_t> encode_notification(const std::string& sender, const std::string& message);
+
+// Posts the transfer: one ucp_get_nbx / ucp_put_nbx per segment, then an
+// endpoint flush; after the flush, the optional notification.
+Result<std::unique_ptr<BackendRequest>> post_ucx_request(Operation op, const std::shared_ptr<UcxPeerState>& peer,
+                                                         std::span<const TransferSegment> segments,
+                                                         std::vector<uint8_t> notification_payload);
+
+}  // namespace eplb::xfer::ucx

@@ -1,0 +1,167 @@
+// ucx_request.cpp - one posted transfer on the UCX backend.
+//
+// post: ucp_get_nbx (READ) or ucp_put_nbx (WRITE) for every segment, then
+// ucp_ep_flush_nbx, so that completion of the flush means every byte has
+// landed at its destination. Every UCS request handle is tracked. poll()
+// progresses the worker and checks the handles in order; once all are
+// complete, the optional notification is sent as an active message and the
+// request is Done when UCX has taken it. A failure reports the peer's
+// recorded endpoint error (RemoteDisconnect) or the operation's own status.
+// Destroying a request that is still running cancels and drains its
+// handles (bounded), so no UCX callback or write outlives it silently.
+#include "eplb/common.h"
+#include "ucx_internal.h"
+
+namespace eplb::xfer::ucx {
+namespace {
+
+constexpr double kDrainSeconds = 0.5;
+
+class UcxRequest final : public BackendRequest {
+ public:
+  UcxRequest(Operation op, std::shared_ptr<UcxPeerState> peer, std::vector<uint8_t> payload)
+      : op_(op), peer_(std::move(peer)), payload_(std::move(payload)) {}
+
+  ~UcxRequest() override { cancel_and_drain(); }
+
+  void start(std::span<const TransferSegment> segments) {
+    pending_.reserve(segments.size() + 1);
+    ucp_request_param_t param{};
+    for (const TransferSegment& segment : segments) {
+      if (segment.length == 0) continue;
+      const auto* rkey = static_cast<const UcxRemoteKey*>(segment.remote_key);
+      if (rkey == nullptr || rkey->peer() != peer_.get()) {
+        fail(Code::Internal, "remote key does not belong to the endpoint of peer " + peer_->name);
+        return;
+      }
+      if (segment.local_memory != nullptr) {
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = static_cast<const UcxMemory*>(segment.local_memory)->memh();
+      } else {
+        param.op_attr_mask = 0;
+      }
+      ucs_status_ptr_t handle =
+          op_ == Operation::Read
+              ? ucp_get_nbx(peer_->endpoint, segment.local_address, segment.length, segment.remote_address,
+                            rkey->rkey(), &param)
+              : ucp_put_nbx(peer_->endpoint, segment.local_address, segment.length, segment.remote_address,
+                            rkey->rkey(), &param);
+      if (!track(handle)) return;
+    }
+    ucp_request_param_t flush_param{};
+    track(ucp_ep_flush_nbx(peer_->endpoint, &flush_param));
+  }
+
+  RequestState poll(Status* failure) override {
+    if (state_ == RequestState::InProgress) advance();
+    if (state_ == RequestState::Failed && failure != nullptr) *failure = failure_;
+    return state_;
+  }
+
+ private:
+  // Records a UCS status pointer; false (and Failed) if it is an error.
+  bool track(ucs_status_ptr_t handle) {
+    if (handle == nullptr) return true;
+    if (UCS_PTR_IS_ERR(handle)) {
+      fail_with(UCS_PTR_STATUS(handle));
+      return false;
+    }
+    pending_.push_back(handle);
+    return true;
+  }
+
+  void advance() {
+    peer_->worker->progress();
+    while (next_ < pending_.size()) {
+      void* handle = pending_[next_];
+      const ucs_status_t status = ucp_request_check_status(handle);
+      if (status == UCS_INPROGRESS) break;
+      ucp_request_free(handle);
+      pending_[next_++] = nullptr;
+      if (status != UCS_OK) {
+        fail_with(status);
+        return;
+      }
+    }
+    if (next_ < pending_.size()) {
+      // The endpoint error callback may run before UCX fails the requests.
+      if (peer_->failed) fail_with(peer_->failure);
+      return;
+    }
+    if (!payload_.empty() && !notification_sent_) {
+      notification_sent_ = true;
+      if (peer_->failed) {
+        fail_with(peer_->failure);
+        return;
+      }
+      if (!track(send_notification_am(*peer_, payload_))) return;
+      if (next_ < pending_.size()) return;
+    }
+    state_ = RequestState::Done;
+  }
+
+  void fail_with(ucs_status_t status) {
+    if (peer_->failed) {
+      // Whatever the operation saw (often CANCELED by the forced close), the
+      // cause is the peer's loss.
+      fail(Code::RemoteDisconnect, ucx_text(peer_->failure));
+    } else {
+      fail(code_for(status), ucx_text(status));
+    }
+  }
+
+  void fail(Code code, std::string message) {
+    state_ = RequestState::Failed;
+    failure_ = Status(code, std::move(message));
+  }
+
+  void cancel_and_drain() {
+    if (next_ >= pending_.size()) return;
+    ucp_worker_h worker = peer_->worker->worker;
+    for (size_t i = next_; i < pending_.size(); ++i) {
+      if (pending_[i] != nullptr) ucp_request_cancel(worker, pending_[i]);
+    }
+    const Deadline deadline = Deadline::after_seconds(kDrainSeconds);
+    while (next_ < pending_.size()) {
+      void* handle = pending_[next_];
+      if (handle == nullptr || ucp_request_check_status(handle) != UCS_INPROGRESS) {
+        if (handle != nullptr) ucp_request_free(handle);
+        pending_[next_++] = nullptr;
+        continue;
+      }
+      if (deadline.expired() || peer_->failed) break;
+      peer_->worker->progress();
+    }
+    // Still running after the drain (a peer that does not progress): hand
+    // the handles back to UCX, which completes them without callbacks.
+    for (size_t i = next_; i < pending_.size(); ++i) {
+      if (pending_[i] != nullptr) ucp_request_free(pending_[i]);
+    }
+    pending_.clear();
+    next_ = 0;
+  }
+
+  Operation op_;
+  std::shared_ptr<UcxPeerState> peer_;
+  std::vector<uint8_t> payload_;  // encoded notification; alive until sent
+  std::vector<void*> pending_;    // UCS request handles, completed in order
+  size_t next_ = 0;               // first handle not yet seen complete
+  bool notification_sent_ = false;
+  RequestState state_ = RequestState::InProgress;
+  Status failure_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BackendRequest>> post_ucx_request(Operation op, const std::shared_ptr<UcxPeerState>& peer,
+                                                         std::span<const TransferSegment> segments,
+                                                         std::vector<uint8_t> notification_payload) {
+  if (peer->failed) {
+    return Status(Code::RemoteDisconnect, ucx_text(peer->failure));
+  }
+  auto request = std::make_unique<UcxRequest>(op, peer, std::move(notification_payload));
+  request->start(segments);
+  return std::unique_ptr<BackendRequest>(std::move(request));
+}
+
+}  // namespace eplb::xfer::ucx

@@ -1,0 +1,67 @@
+// src/plan/layer_planner.h - the planner's working memory, sized once per
+// topology and reused for every layer, so planning a layer allocates only
+// the result it returns (no per-slot heap allocations).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "eplb/placement.h"
+#include "eplb/plan.h"
+#include "eplb/status.h"
+
+namespace eplb::plan_detail {
+
+class LayerPlanner {
+ public:
+  // `topology` must already be valid (Topology::validate()).
+  explicit LayerPlanner(const Topology& topology);
+
+  // Checks both mappings (size, expert range, every needed expert exists in
+  // the old mapping) and plans the layer; see eplb/plan.h for the rules.
+  Result<LayerPlan> plan(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log, int layer);
+
+ private:
+  // One RemoteRead whose source is still to be chosen.
+  struct PendingRead {
+    int32_t rank;         // receiving rank
+    int32_t index;        // index of the slot within the rank (into RankLayerPlan::slots)
+    int32_t expert;
+    bool node_local;      // some old replica lives on the receiver's node
+  };
+  // One read of a rank, for grouping by source rank.
+  struct Row {
+    int32_t source_rank;
+    int32_t source_slot;
+    int32_t dest_slot;
+  };
+
+  Status check_and_index(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log, int layer);
+  int32_t choose_source(int32_t expert, int node_filter);
+  void batch_reads(RankLayerPlan& rank_plan, size_t begin, size_t end, PlanStats& stats);
+
+  Topology topology_;
+  int slots_per_rank_ = 0;
+  int slots_per_node_ = 0;
+
+  // Old replicas of every expert, by ascending slot (CSR: replica_begin_[e] ..
+  // replica_begin_[e + 1] index into replica_slots_).
+  std::vector<int32_t> replica_begin_;  // [E + 1]
+  std::vector<int32_t> replica_slots_;  // [R]
+  std::vector<int32_t> cursor_;         // [E] fill cursor while building the CSR
+
+  // Per receiving rank, stamped with epoch_ so nothing is cleared between ranks.
+  uint64_t epoch_ = 0;
+  std::vector<uint64_t> local_epoch_;  // [E] expert held by this rank in the old placement...
+  std::vector<int32_t> local_slot_;    // [E] ...in this (lowest) slot
+  std::vector<uint64_t> read_epoch_;   // [E] expert read by this rank in this layer...
+  std::vector<int32_t> read_dest_;     // [E] ...into this slot
+
+  std::vector<int32_t> reads_served_;  // [R] reads served so far by each old slot
+  std::vector<PendingRead> pending_;   // reserved to R
+  std::vector<Row> rows_;              // reserved to slots per rank
+  std::vector<int32_t> per_rank_count_;  // [P]
+};
+
+}  // namespace eplb::plan_detail

@@ -63,14 +63,23 @@ Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seco
 // True when this process looks like it was started by mpirun.
 bool launched_by_mpirun();
 
-// Launches `size` copies of `argv` (argv[0] an executable path) with the
-// local bootstrap environment set, streams their output, and waits (bounded
-// by `deadline`; survivors are killed after the first failure plus `grace`).
-// Returns the first non-zero exit as a Status naming the rank.
+// Launches `size` copies of `argv` (argv[0] an executable path, or a name
+// looked up in PATH) with the local bootstrap environment set (EPLB_RANK,
+// EPLB_SIZE, EPLB_BOOTSTRAP_DIR = a fresh private directory, removed at the
+// end); the ranks write straight to the inherited stdout/stderr. Waits
+// bounded by `deadline` (then kills every rank: Timeout); `grace` seconds
+// after the first failing rank, SIGKILLs the survivors. SIGINT/SIGTERM
+// received meanwhile are forwarded to the ranks (Canceled).
+// Returns the first non-zero exit as a Status naming the rank (of ranks
+// found dead at the same moment, a signalled rank before one that exited
+// with an error, before one that reported a timeout or a lost peer); its code
+// follows the eplb CLI exit codes (4 -> Timeout, 5 or a signal ->
+// RemoteDisconnect, 2 -> InvalidArgument, 3 -> ParseError, else Aborted).
+// `outcome`, when given, receives the exit codes whether or not it failed.
 struct LaunchResult {
   std::vector<int> exit_codes;  // per rank; 128+signal for signalled ranks
 };
 Result<LaunchResult> launch_local_ranks(int size, const std::vector<std::string>& argv, Deadline deadline,
-                                        double grace_seconds = 5);
+                                        double grace_seconds = 5, LaunchResult* outcome = nullptr);
 
 }  // namespace eplb

@@ -1,0 +1,62 @@
+// How a rank started by launch_local_ranks finds its group: EPLB_RANK,
+// EPLB_SIZE and EPLB_BOOTSTRAP_DIR, each validated.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "eplb/bootstrap.h"
+
+namespace eplb {
+namespace {
+
+Result<int> parse_env_int(const char* name, const char* text, int low, int high) {
+  if (!text || !*text) return error(Code::InvalidArgument, std::string(name) + " is empty");
+  errno = 0;
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (errno != 0 || *end != '\0' || end == text || value < low || value > high)
+    return error(Code::InvalidArgument, std::string(name) + "='" + text + "' is not an integer in [" +
+                                            std::to_string(low) + ", " + std::to_string(high) + "]");
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+Result<LocalGroupOptions> local_group_options_from_env() {
+  const char* rank_text = std::getenv("EPLB_RANK");
+  const char* size_text = std::getenv("EPLB_SIZE");
+  const char* dir_text = std::getenv("EPLB_BOOTSTRAP_DIR");
+  if (!rank_text && !size_text && !dir_text)
+    return error(Code::NotFound, "not started by an eplb launcher: EPLB_RANK, EPLB_SIZE and EPLB_BOOTSTRAP_DIR are unset");
+  if (!rank_text) return error(Code::InvalidArgument, "EPLB_RANK is not set (EPLB_SIZE/EPLB_BOOTSTRAP_DIR are)");
+  if (!size_text) return error(Code::InvalidArgument, "EPLB_SIZE is not set (EPLB_RANK is)");
+  LocalGroupOptions options;
+  EPLB_ASSIGN_OR_RETURN(options.size, parse_env_int("EPLB_SIZE", size_text, 1, 65536));
+  EPLB_ASSIGN_OR_RETURN(options.rank, parse_env_int("EPLB_RANK", rank_text, 0, options.size - 1));
+  if (options.size > 1) {
+    if (!dir_text || !*dir_text)
+      return error(Code::InvalidArgument, "EPLB_BOOTSTRAP_DIR is not set (needed for EPLB_SIZE=" +
+                                              std::string(size_text) + ")");
+    struct stat info;
+    if (::stat(dir_text, &info) != 0)
+      return error(Code::InvalidArgument, std::string("EPLB_BOOTSTRAP_DIR='") + dir_text + "': " + std::strerror(errno));
+    if (!S_ISDIR(info.st_mode))
+      return error(Code::InvalidArgument, std::string("EPLB_BOOTSTRAP_DIR='") + dir_text + "' is not a directory");
+    options.rendezvous_dir = dir_text;
+  } else if (dir_text) {
+    options.rendezvous_dir = dir_text;
+  }
+  if (const char* timeout_text = std::getenv("EPLB_BOOTSTRAP_TIMEOUT")) {
+    char* end = nullptr;
+    double seconds = std::strtod(timeout_text, &end);
+    if (end == timeout_text || *end != '\0' || !(seconds > 0) || seconds > 86400)
+      return error(Code::InvalidArgument, std::string("EPLB_BOOTSTRAP_TIMEOUT='") + timeout_text +
+                                              "' is not a number of seconds in (0, 86400]");
+    options.connect_timeout_seconds = seconds;
+  }
+  return options;
+}
+
+}  // namespace eplb

@@ -1,0 +1,325 @@
+// The `mpi` process group: ranks started by mpirun (OpenMPI).
+//
+// Every collective first exchanges a 24-byte notice (sequence, kind, length)
+// with every other rank by non-blocking point-to-point messages; that is the
+// barrier, it tells exactly which ranks have not arrived when the deadline
+// passes, and it catches ranks that diverge (Mismatch naming the rank).
+// allgather and vote then move the bytes with MPI_Iallgatherv. Everything is
+// polled with MPI_Test until the deadline.
+//
+// MPI's limits: a posted MPI operation cannot be cancelled, so after a
+// timeout or mismatch the group is unusable (later calls return the first
+// failure) and MPI_Finalize is skipped at exit (it could wait forever for the
+// missing rank); mpirun then stops the remaining ranks. MPI_Init itself has no
+// timeout, so a watchdog thread ends the process (exit code 4) if it does not
+// return within the connect timeout. A rank that dies is normally detected by
+// mpirun itself, which then kills the job.
+#include <cstdlib>
+#include <string>
+
+#include "eplb/bootstrap.h"
+
+namespace eplb {
+
+bool launched_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* value = std::getenv(name); value && *value) return true;
+  return false;
+}
+
+}  // namespace eplb
+
+#ifndef EPLB_HAVE_MPI
+
+namespace eplb {
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double) {
+  return error(Code::Unsupported, "this eplb was built without MPI (install libopenmpi-dev and rebuild)");
+}
+}  // namespace eplb
+
+#else
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "connection.h"
+#include "message.h"
+
+namespace eplb {
+namespace {
+
+using bootstrap::MessageKind;
+
+constexpr int kNoticeTag = 0x4550;  // "EP"
+std::atomic<bool> g_some_group_broken{false};
+std::mutex g_init_mutex;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (g_some_group_broken.load()) {
+    std::fprintf(stderr,
+                 "eplb: not calling MPI_Finalize: a collective failed and MPI cannot cancel it "
+                 "(mpirun stops the other ranks)\n");
+    return;
+  }
+  MPI_Finalize();
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+Status ensure_initialized(double timeout_seconds) {
+  std::lock_guard lock(g_init_mutex);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return error(Code::NotAllowed, "MPI was already finalized in this process");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return Status::ok();
+  // MPI_Init has no timeout of its own: a watchdog ends the process if it hangs.
+  std::mutex watchdog_mutex;
+  std::condition_variable watchdog_wake;
+  bool init_returned = false;
+  std::thread watchdog([&] {
+    std::unique_lock watchdog_lock(watchdog_mutex);
+    if (!watchdog_wake.wait_for(watchdog_lock, std::chrono::duration<double>(timeout_seconds),
+                                [&] { return init_returned; })) {
+      std::fprintf(stderr, "eplb: timeout: MPI_Init did not complete within %.1f s (are all ranks started?)\n",
+                   timeout_seconds);
+      std::fflush(stderr);
+      ::_exit(4);
+    }
+  });
+  int provided = 0;
+  int code = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+  {
+    std::lock_guard watchdog_lock(watchdog_mutex);
+    init_returned = true;
+  }
+  watchdog_wake.notify_all();
+  watchdog.join();
+  if (code != MPI_SUCCESS) return error(Code::Backend, "MPI_Init_thread failed: " + mpi_error_text(code));
+  if (provided < MPI_THREAD_SERIALIZED)
+    return error(Code::Unsupported, "MPI provides thread level " + std::to_string(provided) +
+                                        ", eplb needs MPI_THREAD_SERIALIZED");
+  std::atexit(finalize_at_exit);
+  return Status::ok();
+}
+
+// Polls `requests` until all are complete or the deadline passes; returns the
+// indices still incomplete (empty when done).
+Result<std::vector<size_t>> wait_requests(std::vector<MPI_Request>& requests, Deadline deadline) {
+  int spins = 0;
+  while (true) {
+    std::vector<size_t> pending;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i] == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      int code = MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
+      if (code != MPI_SUCCESS) return error(Code::Backend, "MPI_Test: " + mpi_error_text(code));
+      if (!done) pending.push_back(i);
+    }
+    if (pending.empty() || deadline.expired()) return pending;
+    // Stay responsive for fast collectives, then back off to keep a core free.
+    if (++spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(spins > 2000 ? 1000 : 50));
+  }
+}
+
+std::string collective_name(MessageKind kind, uint64_t sequence) {
+  return "mpi " + std::string(bootstrap::kind_name(kind)) + " #" + std::to_string(sequence);
+}
+
+class MpiGroup final : public ProcessGroup {
+ public:
+  MpiGroup(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  ~MpiGroup() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && broken_.is_ok()) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend_name() const override { return "mpi"; }
+
+  Result<std::vector<std::string>> allgather(const std::string& mine, Deadline deadline) override {
+    return collective(MessageKind::Allgather, mine, deadline);
+  }
+  Status barrier(Deadline deadline) override { return collective(MessageKind::Barrier, "", deadline).status(); }
+  Result<bool> vote(bool yes, const std::string& reason, Deadline deadline,
+                    std::vector<std::string>* reasons) override {
+    EPLB_ASSIGN_OR_RETURN(std::vector<std::string> votes,
+                          collective(MessageKind::Vote, bootstrap::encode_vote(yes, reason), deadline));
+    bool all_yes = true;
+    if (reasons) reasons->assign(votes.size(), std::string());
+    for (size_t r = 0; r < votes.size(); ++r) {
+      auto vote = bootstrap::decode_vote(votes[r]);
+      if (!vote.is_ok()) return vote.status().with_context("vote of rank " + std::to_string(r));
+      all_yes = all_yes && vote->yes;
+      if (reasons) (*reasons)[r] = std::move(vote->reason);
+    }
+    return all_yes;
+  }
+
+ private:
+  // Buffers of one collective; kept alive forever if MPI still owns them.
+  struct Exchange {
+    std::array<uint64_t, 3> notice{};
+    std::vector<std::array<uint64_t, 3>> notices;
+    std::vector<MPI_Request> receives, sends;
+    std::string mine;
+    std::vector<char> gathered;
+    std::vector<int> counts, displacements;
+    std::vector<MPI_Request> data;
+  };
+
+  Status fail(Status why, std::unique_ptr<Exchange> exchange) {
+    broken_ = why;
+    g_some_group_broken.store(true);
+    abandoned_.push_back(std::move(exchange));  // MPI may still write into it
+    return why;
+  }
+
+  Result<std::vector<std::string>> collective(MessageKind kind, std::string mine, Deadline deadline);
+
+  MPI_Comm comm_;
+  int rank_;
+  int size_;
+  uint64_t sequence_ = 0;
+  Status broken_;
+  std::vector<std::unique_ptr<Exchange>> abandoned_;
+};
+
+Result<std::vector<std::string>> MpiGroup::collective(MessageKind kind, std::string mine, Deadline deadline) {
+  const uint64_t sequence = ++sequence_;
+  const std::string what = collective_name(kind, sequence);
+  if (!broken_.is_ok())
+    return error(broken_.code(), what + ": the group is unusable after an earlier failure: " + broken_.message());
+  if (mine.size() > static_cast<size_t>(INT32_MAX))
+    return error(Code::InvalidArgument, what + ": " + format_bytes(mine.size()) + " exceeds MPI's int count");
+  Stopwatch elapsed;
+  auto exchange = std::make_unique<Exchange>();
+  Exchange& x = *exchange;
+  x.mine = std::move(mine);
+  x.notice = {sequence, static_cast<uint64_t>(kind), x.mine.size()};
+  x.notices.assign(static_cast<size_t>(size_), {});
+  x.notices[static_cast<size_t>(rank_)] = x.notice;
+  x.receives.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  x.sends.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    int code = MPI_Irecv(x.notices[r].data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.receives[r]);
+    if (code == MPI_SUCCESS) code = MPI_Isend(x.notice.data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.sends[r]);
+    if (code != MPI_SUCCESS)
+      return fail(error(Code::Backend, what + ": posting the notice exchange with rank " + std::to_string(r) + ": " +
+                                           mpi_error_text(code)),
+                  std::move(exchange));
+  }
+  auto missing_or = wait_requests(x.receives, deadline);
+  if (!missing_or.is_ok()) return fail(missing_or.status().with_context(what), std::move(exchange));
+  std::vector<size_t> missing = std::move(missing_or).value();
+  if (!missing.empty()) {
+    std::vector<int> ranks(missing.begin(), missing.end());
+    return fail(error(Code::Timeout, what + ": rank" + (ranks.size() > 1 ? "s " : " ") + bootstrap::rank_list(ranks) +
+                                         (ranks.size() > 1 ? " have" : " has") + " not arrived within " +
+                                         format_seconds(elapsed.seconds()) +
+                                         " (stuck, slow, or dead without mpirun noticing)"),
+                std::move(exchange));
+  }
+  for (int r = 0; r < size_; ++r) {
+    const auto& theirs = x.notices[static_cast<size_t>(r)];
+    if (theirs[0] == sequence && theirs[1] == x.notice[1]) continue;
+    std::string their_kind = theirs[1] >= 1 && theirs[1] <= bootstrap::kLastMessageKind
+                                 ? std::string(bootstrap::kind_name(static_cast<MessageKind>(theirs[1])))
+                                 : "unknown kind " + std::to_string(theirs[1]);
+    return fail(error(Code::Mismatch, what + ": rank " + std::to_string(r) + " is in " + their_kind + " #" +
+                                          std::to_string(theirs[0]) + " while rank " + std::to_string(rank_) +
+                                          " is in " + what + ": collectives must be called in the same order "
+                                          "on every rank"),
+                std::move(exchange));
+  }
+  auto unsent_or = wait_requests(x.sends, deadline);
+  if (!unsent_or.is_ok()) return fail(unsent_or.status().with_context(what), std::move(exchange));
+  std::vector<size_t> unsent = std::move(unsent_or).value();
+  if (!unsent.empty()) {
+    std::vector<int> ranks(unsent.begin(), unsent.end());
+    return fail(error(Code::Timeout, what + ": the notice to ranks " + bootstrap::rank_list(ranks) +
+                                         " was not delivered within " + format_seconds(elapsed.seconds())),
+                std::move(exchange));
+  }
+  if (kind == MessageKind::Barrier) return std::vector<std::string>{};
+
+  uint64_t total = 0;
+  x.counts.resize(static_cast<size_t>(size_));
+  x.displacements.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    x.displacements[r] = static_cast<int>(total);
+    x.counts[r] = static_cast<int>(x.notices[r][2]);
+    total += x.notices[r][2];
+    if (x.notices[r][2] > static_cast<uint64_t>(INT32_MAX) || total > static_cast<uint64_t>(INT32_MAX))
+      return fail(error(Code::InvalidArgument, what + ": " + std::to_string(total) +
+                                                   " bytes in all exceed MPI's int count (rank " + std::to_string(r) +
+                                                   " contributes " + std::to_string(x.notices[r][2]) + ")"),
+                  std::move(exchange));
+  }
+  x.gathered.resize(std::max<uint64_t>(total, 1));
+  x.data.assign(1, MPI_REQUEST_NULL);
+  int code = MPI_Iallgatherv(x.mine.data(), static_cast<int>(x.mine.size()), MPI_BYTE, x.gathered.data(),
+                             x.counts.data(), x.displacements.data(), MPI_BYTE, comm_, &x.data[0]);
+  if (code != MPI_SUCCESS)
+    return fail(error(Code::Backend, what + ": MPI_Iallgatherv: " + mpi_error_text(code)), std::move(exchange));
+  auto unfinished_or = wait_requests(x.data, deadline);
+  if (!unfinished_or.is_ok()) return fail(unfinished_or.status().with_context(what), std::move(exchange));
+  std::vector<size_t> unfinished = std::move(unfinished_or).value();
+  if (!unfinished.empty())
+    return fail(error(Code::Timeout, what + ": every rank arrived, but the data exchange (" + format_bytes(total) +
+                                         ") did not complete within " + format_seconds(elapsed.seconds()) +
+                                         "; MPI cannot say which rank is behind in a collective"),
+                std::move(exchange));
+  std::vector<std::string> result(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r)
+    result[r].assign(x.gathered.data() + x.displacements[r], static_cast<size_t>(x.counts[r]));
+  return result;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds) {
+  if (!(connect_timeout_seconds > 0))
+    return error(Code::InvalidArgument, "mpi group: connect timeout must be positive");
+  EPLB_TRY(ensure_initialized(connect_timeout_seconds));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request request = MPI_REQUEST_NULL;
+  int code = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request);
+  if (code != MPI_SUCCESS) return error(Code::Backend, "MPI_Comm_idup: " + mpi_error_text(code));
+  std::vector<MPI_Request> requests{request};
+  EPLB_ASSIGN_OR_RETURN(std::vector<size_t> pending,
+                        wait_requests(requests, Deadline::after_seconds(connect_timeout_seconds)));
+  if (!pending.empty()) {
+    g_some_group_broken.store(true);
+    return error(Code::Timeout, "mpi group: not every rank created its group within " +
+                                    format_seconds(connect_timeout_seconds));
+  }
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  return std::unique_ptr<ProcessGroup>(std::make_unique<MpiGroup>(comm, rank, size));
+}
+
+}  // namespace eplb
+
+#endif  // EPLB_HAVE_MPI

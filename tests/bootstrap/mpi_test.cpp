@@ -1,0 +1,72 @@
+// The mpi group under a real `mpirun -np 4` (this test binary in child mode).
+// Skipped with a message when mpirun is not installed.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "eplb/bootstrap.h"
+#include "test_support.h"
+
+namespace eplb {
+namespace {
+
+std::string find_mpirun() {
+  for (const char* path : {"/usr/bin/mpirun", "/usr/local/bin/mpirun"})
+    if (::access(path, X_OK) == 0) return path;
+  return "";
+}
+
+// Runs `mpirun -np 4 <this binary in child mode>`; returns each rank's verdict.
+std::vector<std::string> run_under_mpirun(const std::string& mode, int ranks, Status* launch_status) {
+  std::string results = testing::make_temp_dir();
+  std::vector<std::string> argv = {find_mpirun(), "--allow-run-as-root", "--oversubscribe", "-np",
+                                   std::to_string(ranks), "--mca", "btl", "self,vader,tcp",
+                                   "-x", "EPLB_TEST_CHILD_MODE=" + mode, "-x", "EPLB_TEST_RESULT_DIR=" + results,
+                                   "-x", "ASAN_OPTIONS=detect_leaks=0",
+                                   std::filesystem::read_symlink("/proc/self/exe").string(),
+                                   "--gtest_filter=BootstrapChildMode.Run", "--gtest_brief=1"};
+  auto launched = launch_local_ranks(1, argv, Deadline::after_seconds(90), 5);
+  *launch_status = launched.status();
+  std::vector<std::string> verdicts;
+  for (int r = 0; r < ranks; ++r) {
+    std::ifstream in(results + "/" + std::to_string(r));
+    std::stringstream text;
+    text << in.rdbuf();
+    verdicts.push_back(in ? text.str() : "(no verdict)");
+  }
+  std::filesystem::remove_all(results);
+  return verdicts;
+}
+
+TEST(MpiGroup, AllgatherBarrierVoteUnderMpirun) {
+  if (find_mpirun().empty()) GTEST_SKIP() << "mpirun not found (install openmpi-bin): MPI bootstrap not tested";
+  Status launch;
+  auto verdicts = run_under_mpirun("mpi_exercise", 4, &launch);
+  EXPECT_TRUE(launch.is_ok()) << launch.to_string();
+  EXPECT_EQ(verdicts, std::vector<std::string>(4, "ok"));
+}
+
+TEST(MpiGroup, LateRankTimesOutNamingIt) {
+  if (find_mpirun().empty()) GTEST_SKIP() << "mpirun not found (install openmpi-bin): MPI bootstrap not tested";
+  Stopwatch watch;
+  Status launch;
+  auto verdicts = run_under_mpirun("mpi_timeout", 4, &launch);
+  EXPECT_FALSE(launch.is_ok());  // the ranks that timed out exit 4
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(verdicts[r].find("timeout: mpi allgather #2: rank 3 has not arrived"), std::string::npos)
+        << "rank " << r << ": " << verdicts[r];
+  }
+  EXPECT_LT(watch.seconds(), 30.0);
+}
+
+TEST(MpiGroup, LaunchedByMpirunReadsTheEnvironment) {
+  bool before = launched_by_mpirun();
+  ::setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  EXPECT_TRUE(launched_by_mpirun());
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_EQ(launched_by_mpirun(), before);
+}
+
+}  // namespace
+}  // namespace eplb

@@ -62,6 +62,27 @@ std::string describe_layers(const std::vector<bool>& is_new) {
   return "layers " + ranges(true) + " on the new placement, layers " + ranges(false) + " on the previous one";
 }
 
+// Ranks draw independent fault sequences: the spec's seed (default 0) plus
+// the rank number.
+std::string rank_fault_spec(const std::string& spec, int rank) {
+  if (spec.empty()) return spec;
+  std::string result;
+  uint64_t seed = 0;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    std::string item = spec.substr(start, end - start);
+    start = end + 1;
+    if (item.rfind("seed=", 0) == 0) {
+      seed = std::strtoull(item.c_str() + 5, nullptr, 10);
+      continue;
+    }
+    result += (result.empty() ? "" : ",") + item;
+  }
+  return result + (result.empty() ? "" : ",") + "seed=" + std::to_string(seed + uint64_t(rank));
+}
+
 struct Inputs {
   StoreLayout layout;
   LoadTrace trace;
@@ -289,7 +310,7 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options) {
   xfer::AgentConfig config;
   config.name = options.agent_prefix + std::to_string(me);
   config.backend = options.backend;
-  config.fault_spec = options.fault_spec;
+  config.fault_spec = rank_fault_spec(options.fault_spec, me);
   auto agent_or = xfer::Agent::create(config);
   if (!agent_or) return fail(agent_or.status().with_context("rank " + std::to_string(me) + ": creating the transfer agent"));
   auto agent = std::move(agent_or).value();

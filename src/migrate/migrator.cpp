@@ -4,9 +4,12 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "eplb/migrate.h"
 #include "eplb/plan.h"
@@ -99,6 +102,22 @@ std::string join_ints(const std::vector<int>& values, size_t limit = 12) {
 std::string layer_list(const std::vector<int>& layers) {
   if (layers.empty()) return "none";
   return join_ints(layers, 64);
+}
+
+// Runs a collective on a helper thread while this thread keeps driving the
+// transfer agent: with transports that emulate one-sided READs in software
+// (UCX over shared memory without CMA, for example) a source only serves
+// its peers' READs while it progresses, and it must keep serving them while
+// it waits for the slowest rank in a vote. The collective has its own
+// deadline, so the loop ends.
+template <typename Collective>
+auto with_progress(xfer::Agent& agent, Collective&& collective) {
+  auto pending = std::async(std::launch::async, std::forward<Collective>(collective));
+  while (pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    agent.progress();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return pending.get();
 }
 
 }  // namespace
@@ -526,7 +545,10 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
     my_sums.reserve(plan.slots_read_from[me].size() * size_t(tensors));
     for (int slot : plan.slots_read_from[me])
       for (int t = 0; t < tensors; ++t) my_sums.push_back(store.checksum(layer, slot - store.first_slot(), t));
-    auto gathered = state.group->allgather(encode_sums(my_sums), Deadline::after_seconds(collective_seconds));
+    std::string my_message = encode_sums(my_sums);
+    auto gathered = with_progress(*state.agent, [&] {
+      return state.group->allgather(my_message, Deadline::after_seconds(collective_seconds));
+    });
     if (!gathered) return lost(gathered.status(), "publishing checksums");
     std::vector<std::vector<uint64_t>> sums(topology.num_ranks);
     std::vector<std::map<int, size_t>> sum_index(topology.num_ranks);
@@ -553,8 +575,10 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
         outcome = run_attempt(context);
       }
       std::vector<std::string> reasons;
-      auto vote = state.group->vote(outcome.is_ok(), outcome.is_ok() ? std::string() : outcome.to_string(),
-                                    Deadline::after_seconds(collective_seconds), &reasons);
+      std::string my_reason = outcome.is_ok() ? std::string() : outcome.to_string();
+      auto vote = with_progress(*state.agent, [&] {
+        return state.group->vote(outcome.is_ok(), my_reason, Deadline::after_seconds(collective_seconds), &reasons);
+      });
       if (!vote) return lost(vote.status(), "voting on attempt " + std::to_string(attempt + 1));
       if (*vote) {
         // Unanimous: every rank's reads of this layer have landed, so no

@@ -307,6 +307,11 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options) {
   }
 
   // 2. Agent, store, migrator.
+  // Declared store first: destroyed last, after the agent that may still
+  // reference its memory while tearing down.
+  auto store_or = ExpertStore::create_arena(inputs.layout, me * topology.slots_per_rank());
+  if (!store_or) return fail(store_or.status().with_context("rank " + std::to_string(me)));
+  auto store = std::move(store_or).value();
   xfer::AgentConfig config;
   config.name = options.agent_prefix + std::to_string(me);
   config.backend = options.backend;
@@ -314,9 +319,6 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options) {
   auto agent_or = xfer::Agent::create(config);
   if (!agent_or) return fail(agent_or.status().with_context("rank " + std::to_string(me) + ": creating the transfer agent"));
   auto agent = std::move(agent_or).value();
-  auto store_or = ExpertStore::create_arena(inputs.layout, me * topology.slots_per_rank());
-  if (!store_or) return fail(store_or.status().with_context("rank " + std::to_string(me)));
-  auto store = std::move(store_or).value();
   Placement current = default_placement(topology);
   store->fill_simulated(current);
   auto migrator_or = Migrator::create(group, *agent, *store, topology, options.migrate, setup_deadline);

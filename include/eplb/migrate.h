@@ -197,6 +197,14 @@ struct LayerReport {
   // This rank.
   uint64_t bytes_read_here = 0;
   double seconds = 0;
+  // This rank's time per phase (all attempts): checksumming its source rows
+  // and publishing them, transfers + local copies until landed, verifying
+  // received rows, voting (waiting for the slowest rank), committing.
+  double seconds_checksum = 0;
+  double seconds_transfer = 0;
+  double seconds_verify = 0;
+  double seconds_vote = 0;
+  double seconds_commit = 0;
   int retries = 0;
   bool changed = false;    // the plan moves something
   bool committed = false;  // changed and switched to the new placement

@@ -276,6 +276,7 @@ struct AttemptContext {
   int me;
   int layer;
   Deadline transfer_deadline;
+  LayerReport* report;
 };
 
 struct PostedRead {
@@ -305,6 +306,7 @@ Status run_attempt(const AttemptContext& context) {
   const int tensors = int(store.layout().layers[layer].size());
   std::vector<PostedRead> reads;
   std::string where = "layer " + std::to_string(layer) + " on rank " + std::to_string(me);
+  Stopwatch phase;
 
   // 1. READs into staging: one request per source rank.
   std::map<int, int> slot_expert;
@@ -398,6 +400,8 @@ Status run_attempt(const AttemptContext& context) {
   }
   release_all(context.agent, reads);
 
+  context.report->seconds_transfer += phase.seconds();
+  phase.reset();
   // 4. Copies of experts that arrived by READ into further slots.
   for (const auto& op : rank_plan.slots) {
     if (op.action != SlotAction::LocalCopy || !op.copy_after_read) continue;
@@ -430,6 +434,7 @@ Status run_attempt(const AttemptContext& context) {
       }
     }
   }
+  context.report->seconds_verify += phase.seconds();
   if (mismatch_count)
     return error(Code::Mismatch, where + ": checksum mismatch in " + std::to_string(mismatch_count) +
                                      " received row(s): " + mismatches);
@@ -541,6 +546,7 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
 
     // Sources checksum every row a peer reads in this layer and publish them.
     const int tensors = state.tensors(layer);
+    Stopwatch phase;
     std::vector<uint64_t> my_sums;
     my_sums.reserve(plan.slots_read_from[me].size() * size_t(tensors));
     for (int slot : plan.slots_read_from[me])
@@ -549,6 +555,7 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
     auto gathered = with_progress(*state.agent, [&] {
       return state.group->allgather(my_message, Deadline::after_seconds(collective_seconds));
     });
+    layer_report.seconds_checksum += phase.seconds();
     if (!gathered) return lost(gathered.status(), "publishing checksums");
     std::vector<std::vector<uint64_t>> sums(topology.num_ranks);
     std::vector<std::map<int, size_t>> sum_index(topology.num_ranks);
@@ -571,18 +578,21 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
       Status outcome = sums_ok;
       if (outcome) {
         AttemptContext context{*state.agent, store, state.ranks, plan, sums, sum_index, me, layer,
-                               Deadline::after_seconds(transfer_seconds)};
+                               Deadline::after_seconds(transfer_seconds), &layer_report};
         outcome = run_attempt(context);
       }
       std::vector<std::string> reasons;
       std::string my_reason = outcome.is_ok() ? std::string() : outcome.to_string();
+      phase.reset();
       auto vote = with_progress(*state.agent, [&] {
         return state.group->vote(outcome.is_ok(), my_reason, Deadline::after_seconds(collective_seconds), &reasons);
       });
+      layer_report.seconds_vote += phase.seconds();
       if (!vote) return lost(vote.status(), "voting on attempt " + std::to_string(attempt + 1));
       if (*vote) {
         // Unanimous: every rank's reads of this layer have landed, so no
         // peer reads these rows any more. Staging -> live, switch mapping.
+        phase.reset();
         const int first = store.first_slot();
         for (const auto& op : plan.ranks[me].slots) {
           if (op.action == SlotAction::Keep) continue;
@@ -590,6 +600,7 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
             std::memcpy(store.row(layer, op.slot - first, t), store.staging_row(layer, op.slot - first, t),
                         store.row_bytes(layer, t));
         }
+        layer_report.seconds_commit += phase.seconds();
         if (Status switched = current.set_layer(layer, target, layer); !switched)
           return lost(switched, "switching the mapping");
         committed = true;

@@ -173,6 +173,11 @@ nlohmann::json to_json(const RunOptions& options, const RunSummary& summary, con
                         {"requests", layer.requests},
                         {"descriptors", layer.descriptors},
                         {"seconds", layer.seconds},
+                        {"seconds_checksum", layer.seconds_checksum},
+                        {"seconds_transfer", layer.seconds_transfer},
+                        {"seconds_verify", layer.seconds_verify},
+                        {"seconds_vote", layer.seconds_vote},
+                        {"seconds_commit", layer.seconds_commit},
                         {"retries", layer.retries},
                         {"failure", layer.failure}});
     rounds.push_back({{"round", round.round + 1},

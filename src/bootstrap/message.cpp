@@ -1,6 +1,7 @@
 // Bootstrap wire format: encoders and bounds-checked decoders (see message.h).
 #include "message.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -137,6 +138,13 @@ Result<Message> decode_message(std::span<const uint8_t> bytes) {
 std::span<uint8_t> FrameReader::want() {
   if (complete_) return {};
   if (!have_header_) return {header_ + header_filled_, kHeaderBytes - header_filled_};
+  // Grow with the bytes that actually arrive (at most doubling), so a header
+  // that merely claims a large payload does not make us allocate it.
+  if (payload_filled_ == message_.payload.size()) {
+    size_t wanted = static_cast<size_t>(message_.header.payload_bytes);
+    size_t grown = std::max<size_t>(kPayloadChunkBytes, 2 * message_.payload.size());
+    message_.payload.resize(std::min(wanted, grown));
+  }
   auto* base = reinterpret_cast<uint8_t*>(message_.payload.data());
   return {base + payload_filled_, message_.payload.size() - payload_filled_};
 }
@@ -150,13 +158,16 @@ Result<bool> FrameReader::commit(size_t bytes) {
     EPLB_ASSIGN_OR_RETURN(MessageHeader header, decode_header({header_, kHeaderBytes}));
     have_header_ = true;
     message_.header = header;
-    message_.payload.assign(static_cast<size_t>(header.payload_bytes), '\0');
+    message_.payload.clear();
     payload_filled_ = 0;
   } else {
     if (bytes > message_.payload.size() - payload_filled_) return error(Code::Internal, "FrameReader: overrun");
     payload_filled_ += bytes;
   }
-  if (payload_filled_ == message_.payload.size()) complete_ = true;
+  if (payload_filled_ == message_.header.payload_bytes) {
+    message_.payload.resize(payload_filled_);
+    complete_ = true;
+  }
   return complete_;
 }
 

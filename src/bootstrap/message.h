@@ -30,6 +30,8 @@ inline constexpr uint16_t kMessageVersion = 1;
 inline constexpr size_t kHeaderBytes = 32;
 // Largest payload accepted: bounds what a corrupted length can make us allocate.
 inline constexpr uint64_t kMaxPayloadBytes = uint64_t{256} << 20;  // 256 MiB
+// The stream reader's payload buffer grows by at most doubling from this size.
+inline constexpr size_t kPayloadChunkBytes = 64 << 10;
 
 enum class MessageKind : uint16_t {
   Hello = 1,        // rank -> hub: payload = encode_hello
@@ -71,7 +73,8 @@ Result<Message> decode_message(std::span<const uint8_t> bytes);
 // Incremental decoder for a byte stream: write up to want().size() bytes into
 // want().data(), then commit(n). commit returns true when a message is complete
 // (take() it before writing more); a malformed header is an error and the
-// stream is unusable afterwards.
+// stream is unusable afterwards. Memory grows with the bytes received, not
+// with the length a header claims.
 class FrameReader {
  public:
   std::span<uint8_t> want();

@@ -122,7 +122,8 @@ Status ensure_initialized(double timeout_seconds) {
 // Polls `requests` until all are complete or the deadline passes; returns the
 // indices still incomplete (empty when done).
 Result<std::vector<size_t>> wait_requests(std::vector<MPI_Request>& requests, Deadline deadline) {
-  int spins = 0;
+  Stopwatch waited;
+  int tests = 0;
   while (true) {
     std::vector<size_t> pending;
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -133,8 +134,10 @@ Result<std::vector<size_t>> wait_requests(std::vector<MPI_Request>& requests, De
       if (!done) pending.push_back(i);
     }
     if (pending.empty() || deadline.expired()) return pending;
-    // Stay responsive for fast collectives, then back off to keep a core free.
-    if (++spins > 200) std::this_thread::sleep_for(std::chrono::microseconds(spins > 2000 ? 1000 : 50));
+    // MPI progresses only inside MPI calls, so keep testing; but sleep between
+    // tests after the first few so that oversubscribed ranks (more ranks than
+    // cores) let each other run. After 50 ms, test every 0.5 ms.
+    if (++tests > 100) std::this_thread::sleep_for(std::chrono::microseconds(waited.seconds() > 0.05 ? 500 : 20));
   }
 }
 

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "eplb/bootstrap.h"
 #include "test_support.h"
 
@@ -102,7 +104,9 @@ int run_mpi(const std::string& mode) {
       status = g.allgather("x", Deadline::after_seconds(1)).status();
     }
   }
-  write_verdict(g.rank(), status.is_ok() ? "ok" : status.to_string());
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  write_verdict(g.rank(), status.is_ok() ? std::string("ok on ") + host : status.to_string());
   if (!status.is_ok()) std::fprintf(stderr, "rank %d: %s\n", g.rank(), status.to_string().c_str());
   return exit_code_for(status);
 }

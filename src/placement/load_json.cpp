@@ -87,6 +87,7 @@ class LoadJsonReader final : public nlohmann::json_sax<json> {
     std::string what = problem.what();
     size_t bracket = what.find("] ");
     if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
+    if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
     status = file_error(Code::ParseError, name_, "byte " + std::to_string(position) + ": " + what);
     return false;
   }

@@ -183,6 +183,7 @@ Result<PlacementFile> parse_placement_json(std::string_view text, std::string_vi
     std::string what = problem.what();
     size_t bracket = what.find("] ");
     if (bracket != std::string::npos) what = what.substr(bracket + 2);
+    if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
     return file_error(Code::ParseError, name, "byte " + std::to_string(problem.byte) + ": " + what);
   } catch (const std::exception& problem) {
     return file_error(Code::ParseError, name, std::string("cannot parse: ") + problem.what());

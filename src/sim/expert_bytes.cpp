@@ -22,7 +22,7 @@ uint64_t tensor_base(int layer, int expert, int tensor) {
   uint64_t l = uint32_t(layer), e = uint32_t(expert), t = uint32_t(tensor);
   uint64_t packed = (l & 0xFFFFF) << 44 | (e & 0xFFFFFF) << 20 | (t & 0xFFFFF);
   uint64_t high = (l >> 20) << 40 | (e >> 24) << 20 | (t >> 20);  // zero for the common range
-  uint64_t base = packed * sim::kGolden;
+  uint64_t base = (packed * sim::kGolden) ^ 0x243F6A8885A308D3ull;  // salt: no all-zero word at (0, 0, 0)
   if (high != 0) base ^= sim::mix64(high + 0x5851F42D4C957F2Dull);
   return base;
 }

@@ -16,7 +16,11 @@ does this port by default; --published-sort uses torch's default sort.
   deepseek_reference.py place LOAD --replicas R --groups G --nodes N --ranks P [--out FILE]
       prints (or writes) {"phy2log", "log2phy", "logcnt"} as JSON.
   deepseek_reference.py time LOAD --replicas R ... [--repeat K]
-      prints the median seconds of K runs.
+      prints the median wall and CPU seconds of K runs.
+  deepseek_reference.py ties LOAD --replicas R ...
+      how the published (unstable) sort changes the output: layers whose
+      phy2log differs from the stable-sort result, and whether their rank
+      loads differ (one JSON line).
   deepseek_reference.py cases FILE --out FILE
       FILE holds a JSON array of {"load", "replicas", "groups", "nodes",
       "ranks"}; writes the array of their placements (one process, one
@@ -155,7 +159,7 @@ def read_load(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["place", "time", "cases"])
+    parser.add_argument("mode", choices=["place", "time", "cases", "ties"])
     parser.add_argument("load")
     parser.add_argument("--replicas", type=int)
     parser.add_argument("--groups", type=int)
@@ -184,13 +188,34 @@ def main():
         parser.error("--replicas, --groups, --nodes and --ranks are required")
     weight = read_load(args.load)
     shape = (args.replicas, args.groups, args.nodes, args.ranks)
+    if args.mode == "ties":
+        global_stable = STABLE_SORT
+        results = []
+        for stable in (True, False):
+            STABLE_SORT = stable
+            results.append(rebalance(weight, *shape))
+        STABLE_SORT = global_stable
+        (stable_p2l, _, stable_cnt), (published_p2l, _, published_cnt) = results
+        per_rank = args.replicas // args.ranks
+
+        def rank_loads(phy2log, logcnt):
+            w = weight.float()
+            replica = w.gather(-1, phy2log) / logcnt.gather(-1, phy2log)
+            return replica.view(weight.shape[0], args.ranks, per_rank).sum(-1).sort(-1).values
+
+        differ = (stable_p2l != published_p2l).any(-1)
+        same_loads = torch.equal(rank_loads(stable_p2l, stable_cnt), rank_loads(published_p2l, published_cnt))
+        print(json.dumps({"layers": int(weight.shape[0]), "layers_differing": int(differ.sum()),
+                          "same_sorted_rank_loads": bool(same_loads), "torch": torch.__version__}))
+        return 0
     if args.mode == "time":
-        seconds = []
+        wall, cpu = [], []
         for _ in range(args.repeat):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             rebalance(weight, *shape)
-            seconds.append(time.perf_counter() - start)
-        print(f"{statistics.median(seconds):.6f}")
+            wall.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+        print(f"{statistics.median(wall):.6f} {statistics.median(cpu):.6f}")
         return 0
     phy2log, log2phy, logcnt = rebalance(weight, *shape)
     text = json.dumps({"phy2log": phy2log.tolist(), "log2phy": log2phy.tolist(), "logcnt": logcnt.tolist()})

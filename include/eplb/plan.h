@@ -13,11 +13,15 @@
 // All remote reads of one layer from one source rank form one ReadRequest;
 // runs of adjacent source rows landing in adjacent destination rows merge
 // into one ReadRun. Counts are in slots (multiply by bytes per expert).
+// Planning allocates only the result: per layer and rank, its slot ops, its
+// requests and its slots_read_from; runs live inline in their request.
 // A whole DeepSeek-V3-shaped change (58 layers, 288 slots, 32 ranks) plans
 // in well under 1 ms.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -48,9 +52,65 @@ struct ReadRun {
   int count = 0;
 };
 
+// The runs of one ReadRequest. Reads like a std::vector<ReadRun> (size,
+// empty, [], begin/end, front/back, push_back); up to two runs are stored
+// inline, so a plan needs no heap allocation per request (most have one run).
+class ReadRunList {
+ public:
+  static constexpr size_t kInline = 2;
+
+  ReadRunList() = default;
+  ReadRunList(std::initializer_list<ReadRun> runs) {
+    reserve(runs.size());
+    for (const ReadRun& run : runs) push_back(run);
+  }
+
+  size_t size() const { return spilled_.empty() ? inline_size_ : spilled_.size(); }
+  bool empty() const { return size() == 0; }
+  ReadRun* begin() { return spilled_.empty() ? inline_ : spilled_.data(); }
+  ReadRun* end() { return begin() + size(); }
+  const ReadRun* begin() const { return spilled_.empty() ? inline_ : spilled_.data(); }
+  const ReadRun* end() const { return begin() + size(); }
+  ReadRun& operator[](size_t i) { return begin()[i]; }
+  const ReadRun& operator[](size_t i) const { return begin()[i]; }
+  ReadRun& front() { return *begin(); }
+  const ReadRun& front() const { return *begin(); }
+  ReadRun& back() { return end()[-1]; }
+  const ReadRun& back() const { return end()[-1]; }
+
+  void reserve(size_t count) {
+    if (count <= kInline) return;
+    if (spilled_.empty()) {
+      spilled_.reserve(count);
+      spilled_.assign(inline_, inline_ + inline_size_);
+      inline_size_ = 0;
+    } else {
+      spilled_.reserve(count);
+    }
+  }
+  void push_back(const ReadRun& run) {
+    if (spilled_.empty() && inline_size_ < kInline) {
+      inline_[inline_size_++] = run;
+      return;
+    }
+    if (spilled_.empty()) reserve(2 * kInline);
+    spilled_.push_back(run);
+  }
+  void clear() {
+    spilled_.clear();
+    inline_size_ = 0;
+  }
+
+ private:
+  // Invariant: while spilled_ is non-empty it holds every run and inline_size_ == 0.
+  ReadRun inline_[kInline] = {};
+  size_t inline_size_ = 0;
+  std::vector<ReadRun> spilled_;
+};
+
 struct ReadRequest {
   int source_rank = 0;
-  std::vector<ReadRun> runs;  // ordered by dest_slot
+  ReadRunList runs;  // ordered by dest_slot
   int slots() const;
 };
 

@@ -83,11 +83,16 @@ Status Placement::validate() const {
   if (phy2log_.size() != size_t(num_layers_) * num_slots_ || logcnt_.size() != size_t(num_layers_) * num_experts_ ||
       log2phy_.size() != size_t(num_layers_) * num_experts_ * max_replicas_)
     return error(Code::Internal, "placement arrays do not match their shape");
+  // Linear in the size of the arrays: row pointers, and a per-layer stamp on
+  // each slot to catch a slot listed twice.
   std::vector<int32_t> seen(static_cast<size_t>(num_experts_));
+  std::vector<int32_t> listed_in_layer(static_cast<size_t>(num_slots_), -1);
   for (int l = 0; l < num_layers_; ++l) {
+    const int32_t* layer_phy2log = phy2log_.data() + size_t(l) * num_slots_;
+    const int32_t* layer_logcnt = logcnt_.data() + size_t(l) * num_experts_;
     std::fill(seen.begin(), seen.end(), 0);
     for (int s = 0; s < num_slots_; ++s) {
-      int32_t e = phy2log(l, s);
+      int32_t e = layer_phy2log[s];
       if (e < 0 || e >= num_experts_)
         return error(Code::InvalidArgument, at_layer(l) + ": slot " + std::to_string(s) + " holds expert " +
                                                 std::to_string(e) + ", not in [0, " + std::to_string(num_experts_) +
@@ -96,7 +101,7 @@ Status Placement::validate() const {
     }
     int64_t total = 0;
     for (int e = 0; e < num_experts_; ++e) {
-      int32_t count = logcnt(l, e);
+      int32_t count = layer_logcnt[e];
       total += count;
       if (count < 1)
         return error(Code::InvalidArgument, at_layer(l) + ": expert " + std::to_string(e) + " has no replica");
@@ -108,23 +113,26 @@ Status Placement::validate() const {
         return error(Code::InvalidArgument, at_layer(l) + ": expert " + std::to_string(e) + " has " +
                                                 std::to_string(count) + " replicas, more than log2phy's width " +
                                                 std::to_string(max_replicas_));
-      for (int k = 0; k < max_replicas_; ++k) {
-        int32_t slot = log2phy(l, e, k);
-        if (k < count) {
-          if (slot < 0 || slot >= num_slots_ || phy2log(l, slot) != e)
-            return error(Code::InvalidArgument, at_layer(l) + ": log2phy[" + std::to_string(e) + "][" +
-                                                    std::to_string(k) + "] = " + std::to_string(slot) +
-                                                    " is not a slot holding expert " + std::to_string(e));
-          for (int j = 0; j < k; ++j)
-            if (log2phy(l, e, j) == slot)
-              return error(Code::InvalidArgument, at_layer(l) + ": log2phy of expert " + std::to_string(e) +
-                                                      " lists slot " + std::to_string(slot) + " twice");
-        } else if (slot != -1) {
+      const int32_t* row = log2phy_.data() + (size_t(l) * num_experts_ + e) * max_replicas_;
+      for (int k = 0; k < count; ++k) {
+        int32_t slot = row[k];
+        if (slot < 0 || slot >= num_slots_ || layer_phy2log[slot] != e)
           return error(Code::InvalidArgument, at_layer(l) + ": log2phy[" + std::to_string(e) + "][" +
                                                   std::to_string(k) + "] = " + std::to_string(slot) +
-                                                  " should be -1 padding");
-        }
+                                                  " is not a slot holding expert " + std::to_string(e));
+        if (listed_in_layer[slot] == l)
+          return error(Code::InvalidArgument, at_layer(l) + ": log2phy of expert " + std::to_string(e) +
+                                                  " lists slot " + std::to_string(slot) + " twice");
+        listed_in_layer[slot] = l;
       }
+      uint32_t not_padding = 0;  // ~(-1) == 0; no early exit, so the valid case runs branch-free
+      for (int k = count; k < max_replicas_; ++k) not_padding |= ~uint32_t(row[k]);
+      if (not_padding != 0)
+        for (int k = count; k < max_replicas_; ++k)
+          if (row[k] != -1)
+            return error(Code::InvalidArgument, at_layer(l) + ": log2phy[" + std::to_string(e) + "][" +
+                                                    std::to_string(k) + "] = " + std::to_string(row[k]) +
+                                                    " should be -1 padding");
     }
     if (total != num_slots_)
       return error(Code::InvalidArgument, at_layer(l) + ": replica counts add up to " + std::to_string(total) +

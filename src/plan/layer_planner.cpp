@@ -13,6 +13,7 @@
 #include "layer_planner.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 namespace eplb::plan_detail {
@@ -32,10 +33,25 @@ LayerPlanner::LayerPlanner(const Topology& topology)
       local_slot_(size_t(topology.num_experts), -1),
       read_epoch_(size_t(topology.num_experts), 0),
       read_dest_(size_t(topology.num_experts), -1),
+      node_mask_(size_t(topology.num_experts)),
       reads_served_(size_t(topology.num_slots)),
-      per_rank_count_(size_t(topology.num_ranks)) {
+      served_bits_((size_t(topology.num_slots) + 63) / 64),
+      read_from_count_(size_t(topology.num_ranks)),
+      source_bits_((size_t(topology.num_ranks) + 63) / 64),
+      bucket_head_(size_t(topology.num_ranks)),
+      bucket_tail_(size_t(topology.num_ranks)),
+      next_row_(size_t(topology.slots_per_rank())) {
+  rank_of_slot_.resize(size_t(topology.num_slots));
+  node_of_slot_.resize(size_t(topology.num_slots));
+  node_of_rank_.resize(size_t(topology.num_ranks));
+  for (int s = 0; s < topology.num_slots; ++s) {
+    rank_of_slot_[size_t(s)] = topology.rank_of_slot(s);
+    node_of_slot_[size_t(s)] = topology.node_of_slot(s);
+  }
+  for (int r = 0; r < topology.num_ranks; ++r) node_of_rank_[size_t(r)] = topology.node_of_rank(r);
   pending_.reserve(size_t(topology.num_slots));
-  rows_.reserve(size_t(slots_per_rank_));
+  local_reads_.reserve(size_t(topology.num_slots));
+  remote_reads_.reserve(size_t(topology.num_slots));
 }
 
 Status LayerPlanner::check_and_index(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log,
@@ -59,6 +75,11 @@ Status LayerPlanner::check_and_index(std::span<const int32_t> old_phy2log, std::
   for (int e = 0; e < num_experts; ++e) replica_begin_[size_t(e) + 1] += replica_begin_[size_t(e)];
   std::copy(replica_begin_.begin(), replica_begin_.end() - 1, cursor_.begin());
   for (int s = 0; s < num_slots; ++s) replica_slots_[size_t(cursor_[size_t(old_phy2log[size_t(s)])]++)] = s;
+  if (topology_.num_nodes <= 64) {
+    std::fill(node_mask_.begin(), node_mask_.end(), 0);
+    for (int s = 0; s < num_slots; ++s)
+      node_mask_[size_t(old_phy2log[size_t(s)])] |= uint64_t(1) << node_of_slot_[size_t(s)];
+  }
 
   for (int s = 0; s < num_slots; ++s) {
     int32_t e = new_phy2log[size_t(s)];
@@ -75,62 +96,78 @@ Status LayerPlanner::check_and_index(std::span<const int32_t> old_phy2log, std::
   return Status::ok();
 }
 
+bool LayerPlanner::has_replica_on_node(int32_t expert, int node) const {
+  if (topology_.num_nodes <= 64) return (node_mask_[size_t(expert)] >> node) & 1;
+  for (int32_t k = replica_begin_[size_t(expert)]; k < replica_begin_[size_t(expert) + 1]; ++k)
+    if (node_of_slot_[size_t(replica_slots_[size_t(k)])] == node) return true;
+  return false;
+}
+
 int32_t LayerPlanner::choose_source(int32_t expert, int node_filter) {
   int32_t best = -1;
   for (int32_t k = replica_begin_[size_t(expert)]; k < replica_begin_[size_t(expert) + 1]; ++k) {
     int32_t slot = replica_slots_[size_t(k)];
-    if (node_filter >= 0 && slot / slots_per_node_ != node_filter) continue;
+    if (node_filter >= 0 && node_of_slot_[size_t(slot)] != node_filter) continue;
     if (best < 0 || reads_served_[size_t(slot)] < reads_served_[size_t(best)]) best = slot;
   }
-  ++reads_served_[size_t(best)];  // best >= 0: check_and_index guarantees a replica, node_filter one on the node
+  // best >= 0: check_and_index guarantees a replica, has_replica_on_node one on the node.
+  if (reads_served_[size_t(best)]++ == 0) {
+    served_bits_[size_t(best) / 64] |= uint64_t(1) << (best % 64);
+    ++read_from_count_[size_t(rank_of_slot_[size_t(best)])];
+  }
   return best;
 }
 
 void LayerPlanner::batch_reads(RankLayerPlan& rank_plan, size_t begin, size_t end, PlanStats& stats) {
-  rows_.clear();
-  for (size_t i = begin; i < end; ++i) {
-    const SlotOp& op = rank_plan.slots[size_t(pending_[i].index)];
-    rows_.push_back({op.source_rank, op.source_slot, op.slot});
-  }
-  // Keys are unique (one read per destination slot): no stability needed.
-  std::sort(rows_.begin(), rows_.end(), [](const Row& a, const Row& b) {
-    return a.source_rank != b.source_rank ? a.source_rank < b.source_rank : a.dest_slot < b.dest_slot;
-  });
+  // Bucket the rank's reads by source rank; within a bucket they stay in
+  // ascending dest_slot order (pending_ is in slot order).
   size_t requests = 0;
-  for (size_t i = 0; i < rows_.size(); ++i)
-    if (i == 0 || rows_[i].source_rank != rows_[i - 1].source_rank) ++requests;
-  rank_plan.reads.reserve(requests);
-  for (size_t i = 0; i < rows_.size();) {
-    size_t j = i;
-    while (j < rows_.size() && rows_[j].source_rank == rows_[i].source_rank) ++j;
-    // Count the runs of this request first so its vector is allocated once.
-    size_t runs = 1;
-    for (size_t k = i + 1; k < j; ++k)
-      if (rows_[k].source_slot != rows_[k - 1].source_slot + 1 || rows_[k].dest_slot != rows_[k - 1].dest_slot + 1)
-        ++runs;
-    ReadRequest& request = rank_plan.reads.emplace_back();
-    request.source_rank = rows_[i].source_rank;
-    request.runs.reserve(runs);
-    for (size_t k = i; k < j; ++k) {
-      if (k > i && rows_[k].source_slot == rows_[k - 1].source_slot + 1 &&
-          rows_[k].dest_slot == rows_[k - 1].dest_slot + 1) {
-        ++request.runs.back().count;
-      } else {
-        request.runs.push_back({rows_[k].source_slot, rows_[k].dest_slot, 1});
-      }
+  for (size_t i = begin; i < end; ++i) {
+    const int32_t row = int32_t(i - begin);
+    const int32_t source = rank_plan.slots[size_t(pending_[i].index)].source_rank;
+    uint64_t& word = source_bits_[size_t(source) / 64];
+    const uint64_t bit = uint64_t(1) << (source % 64);
+    if (word & bit) {
+      next_row_[size_t(bucket_tail_[size_t(source)])] = row;
+    } else {
+      word |= bit;
+      bucket_head_[size_t(source)] = row;
+      ++requests;
     }
-    stats.descriptors += int64_t(runs);
-    i = j;
+    bucket_tail_[size_t(source)] = row;
+    next_row_[size_t(row)] = -1;
+  }
+  rank_plan.reads.reserve(requests);
+  int64_t descriptors = 0;
+  // Source ranks in ascending order: the set bits, lowest first (clearing them).
+  for (size_t w = 0; w < source_bits_.size(); ++w) {
+    while (source_bits_[w] != 0) {
+      const int source = int(w * 64) + std::countr_zero(source_bits_[w]);
+      source_bits_[w] &= source_bits_[w] - 1;
+      ReadRequest& request = rank_plan.reads.emplace_back();
+      request.source_rank = source;
+      for (int32_t row = bucket_head_[size_t(source)]; row >= 0; row = next_row_[size_t(row)]) {
+        const SlotOp& op = rank_plan.slots[size_t(pending_[begin + size_t(row)].index)];
+        if (!request.runs.empty()) {
+          ReadRun& last = request.runs.back();
+          if (last.source_slot + last.count == op.source_slot && last.dest_slot + last.count == op.slot) {
+            ++last.count;
+            continue;
+          }
+        }
+        request.runs.push_back({op.source_slot, op.slot, 1});
+      }
+      descriptors += int64_t(request.runs.size());
+    }
   }
   stats.requests += int64_t(requests);
+  stats.descriptors += descriptors;
 }
 
 Result<LayerPlan> LayerPlanner::plan(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log,
                                      int layer) {
   EPLB_TRY(check_and_index(old_phy2log, new_phy2log, layer));
   const int num_ranks = topology_.num_ranks;
-  const int num_slots = topology_.num_slots;
-  const int ranks_per_node = topology_.ranks_per_node();
 
   LayerPlan plan;
   plan.layer = layer;
@@ -138,13 +175,17 @@ Result<LayerPlan> LayerPlanner::plan(std::span<const int32_t> old_phy2log, std::
   plan.slots_read_from.resize(size_t(num_ranks));
   PlanStats& stats = plan.stats;
   pending_.clear();
+  local_reads_.clear();
+  remote_reads_.clear();
   std::fill(reads_served_.begin(), reads_served_.end(), 0);
+  std::fill(served_bits_.begin(), served_bits_.end(), 0);
+  std::fill(read_from_count_.begin(), read_from_count_.end(), 0);
 
   // Classify every slot.
   for (int r = 0; r < num_ranks; ++r) {
     ++epoch_;
     const int base = r * slots_per_rank_;
-    const int node = r / ranks_per_node;
+    const int node = node_of_rank_[size_t(r)];
     for (int s = base + slots_per_rank_ - 1; s >= base; --s) {  // downwards: the lowest slot wins
       int32_t e = old_phy2log[size_t(s)];
       local_epoch_[size_t(e)] = epoch_;
@@ -177,30 +218,30 @@ Result<LayerPlan> LayerPlanner::plan(std::span<const int32_t> old_phy2log, std::
         op.action = SlotAction::RemoteRead;
         read_epoch_[size_t(e)] = epoch_;
         read_dest_[size_t(e)] = s;
-        bool node_local = false;
-        for (int32_t k = replica_begin_[size_t(e)]; k < replica_begin_[size_t(e) + 1] && !node_local; ++k)
-          node_local = replica_slots_[size_t(k)] / slots_per_node_ == node;
-        pending_.push_back({r, i, e, node_local});
+        (has_replica_on_node(e, node) ? local_reads_ : remote_reads_).push_back(int32_t(pending_.size()));
+        pending_.push_back({r, i, e});
       }
     }
   }
 
   // Sources: node-local reads first (each node's replicas serve only that
   // node's receivers in this pass), then cross-node reads over all replicas.
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool node_local_pass = pass == 0;
-    for (const PendingRead& read : pending_) {
-      if (read.node_local != node_local_pass) continue;
-      const int32_t source = choose_source(read.expert, node_local_pass ? read.rank / ranks_per_node : -1);
-      SlotOp& op = plan.ranks[size_t(read.rank)].slots[size_t(read.index)];
-      op.source_slot = source;
-      op.source_rank = topology_.rank_of_slot(source);
-      if (source / slots_per_node_ == read.rank / ranks_per_node)
-        ++stats.slots_read_intra_node;
-      else
-        ++stats.slots_read_inter_node;
-    }
+  for (int32_t index : local_reads_) {
+    const PendingRead& read = pending_[size_t(index)];
+    const int32_t source = choose_source(read.expert, node_of_rank_[size_t(read.rank)]);
+    SlotOp& op = plan.ranks[size_t(read.rank)].slots[size_t(read.index)];
+    op.source_slot = source;
+    op.source_rank = rank_of_slot_[size_t(source)];
   }
+  for (int32_t index : remote_reads_) {
+    const PendingRead& read = pending_[size_t(index)];
+    const int32_t source = choose_source(read.expert, -1);
+    SlotOp& op = plan.ranks[size_t(read.rank)].slots[size_t(read.index)];
+    op.source_slot = source;
+    op.source_rank = rank_of_slot_[size_t(source)];
+  }
+  stats.slots_read_intra_node = int64_t(local_reads_.size());
+  stats.slots_read_inter_node = int64_t(remote_reads_.size());
 
   // Batch per receiving rank (pending_ is ordered by rank, then slot).
   for (size_t i = 0; i < pending_.size();) {
@@ -211,12 +252,12 @@ Result<LayerPlan> LayerPlanner::plan(std::span<const int32_t> old_phy2log, std::
   }
 
   // What every rank must keep stable for its readers, by ascending slot.
-  std::fill(per_rank_count_.begin(), per_rank_count_.end(), 0);
-  for (int s = 0; s < num_slots; ++s)
-    if (reads_served_[size_t(s)] > 0) ++per_rank_count_[size_t(s / slots_per_rank_)];
-  for (int r = 0; r < num_ranks; ++r) plan.slots_read_from[size_t(r)].reserve(size_t(per_rank_count_[size_t(r)]));
-  for (int s = 0; s < num_slots; ++s)
-    if (reads_served_[size_t(s)] > 0) plan.slots_read_from[size_t(s / slots_per_rank_)].push_back(s);
+  for (int r = 0; r < num_ranks; ++r) plan.slots_read_from[size_t(r)].reserve(size_t(read_from_count_[size_t(r)]));
+  for (size_t w = 0; w < served_bits_.size(); ++w)
+    for (uint64_t bits = served_bits_[w]; bits != 0; bits &= bits - 1) {
+      const int s = int(w * 64) + std::countr_zero(bits);
+      plan.slots_read_from[size_t(rank_of_slot_[size_t(s)])].push_back(s);
+    }
   return plan;
 }
 

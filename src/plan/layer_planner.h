@@ -25,25 +25,23 @@ class LayerPlanner {
  private:
   // One RemoteRead whose source is still to be chosen.
   struct PendingRead {
-    int32_t rank;         // receiving rank
-    int32_t index;        // index of the slot within the rank (into RankLayerPlan::slots)
+    int32_t rank;   // receiving rank
+    int32_t index;  // index of the slot within the rank (into RankLayerPlan::slots)
     int32_t expert;
-    bool node_local;      // some old replica lives on the receiver's node
-  };
-  // One read of a rank, for grouping by source rank.
-  struct Row {
-    int32_t source_rank;
-    int32_t source_slot;
-    int32_t dest_slot;
   };
 
   Status check_and_index(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log, int layer);
+  bool has_replica_on_node(int32_t expert, int node) const;
   int32_t choose_source(int32_t expert, int node_filter);
   void batch_reads(RankLayerPlan& rank_plan, size_t begin, size_t end, PlanStats& stats);
 
   Topology topology_;
   int slots_per_rank_ = 0;
   int slots_per_node_ = 0;
+
+  std::vector<int32_t> rank_of_slot_;  // [R] (tables: no division in the loops)
+  std::vector<int32_t> node_of_slot_;  // [R]
+  std::vector<int32_t> node_of_rank_;  // [P]
 
   // Old replicas of every expert, by ascending slot (CSR: replica_begin_[e] ..
   // replica_begin_[e + 1] index into replica_slots_).
@@ -58,10 +56,22 @@ class LayerPlanner {
   std::vector<uint64_t> read_epoch_;   // [E] expert read by this rank in this layer...
   std::vector<int32_t> read_dest_;     // [E] ...into this slot
 
+  // Nodes holding an old replica of each expert, as a bit mask (when N <= 64;
+  // otherwise node-locality is found by scanning the replicas).
+  std::vector<uint64_t> node_mask_;  // [E]
+
   std::vector<int32_t> reads_served_;  // [R] reads served so far by each old slot
-  std::vector<PendingRead> pending_;   // reserved to R
-  std::vector<Row> rows_;              // reserved to slots per rank
-  std::vector<int32_t> per_rank_count_;  // [P]
+  std::vector<uint64_t> served_bits_;  // [R / 64] slots serving >= 1 read
+  std::vector<int32_t> read_from_count_;  // [P] distinct slots read from each rank
+  std::vector<PendingRead> pending_;   // every read, by (rank, slot); reserved to R
+  std::vector<int32_t> local_reads_;   // indices into pending_ with a replica on the receiver's node
+  std::vector<int32_t> remote_reads_;  // indices into pending_ without
+
+  // batch_reads: the rows of one receiving rank bucketed by source rank.
+  std::vector<uint64_t> source_bits_;  // [P / 64] source ranks seen
+  std::vector<int32_t> bucket_head_;   // [P] first row from each source rank
+  std::vector<int32_t> bucket_tail_;   // [P] last row from each source rank
+  std::vector<int32_t> next_row_;      // [slots per rank] next row from the same source rank
 };
 
 }  // namespace eplb::plan_detail

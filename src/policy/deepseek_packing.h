@@ -8,8 +8,11 @@
 //   pack takes exactly one item, item i goes to pack i.
 // - replicate_experts: each redundant replica goes to the expert with the
 //   largest float32(weight / count) (equal: lower expert index).
-// A binary heap keyed by (value, index) finds the same item a linear scan
-// with those tie rules finds, in O(log n) instead of O(n).
+// Both orders are total orders on (float32 value, index). They are encoded
+// as one 64-bit key (the float's bits are monotone for values >= 0), so a
+// sort is a sort of integers and "the lightest non-full pack" / "the hottest
+// expert" is the minimum of a tournament tree: the same item a linear scan
+// with those tie rules finds, in O(log n) branch-free steps instead of O(n).
 #pragma once
 
 #include <cstdint>
@@ -17,22 +20,28 @@
 
 namespace eplb::deepseek_detail {
 
-struct PackEntry {
-  float load;
-  int32_t pack;
-};
+// A complete binary tree whose every inner node holds the minimum of its
+// children; leaves beyond `size` hold the largest key (never chosen).
+class MinTree {
+ public:
+  void reset(int size);  // every leaf at the largest key
+  void set(int leaf, uint64_t key) { node_[leaves_ + leaf] = key; }
+  void build();  // recompute every inner node after set()s
+  void update(int leaf, uint64_t key);  // set one leaf and its path to the root
+  uint64_t min() const { return node_[1]; }
 
-struct ReplicaEntry {
-  float per_replica;  // float32(weight / count)
-  int32_t expert;
+ private:
+  int leaves_ = 1;
+  std::vector<uint64_t> node_;
 };
 
 // Reusable buffers for one worker; sized once for the largest call.
 struct PackingScratch {
-  std::vector<int32_t> order;        // items sorted by descending weight
-  std::vector<int32_t> pack_items;   // items already in each pack
-  std::vector<PackEntry> pack_heap;  // non-full packs, lightest first
-  std::vector<ReplicaEntry> replica_heap;
+  std::vector<uint64_t> sort_keys;  // (descending weight, ascending index)
+  std::vector<uint64_t> sort_spare;
+  std::vector<int32_t> pack_items;  // items already in each pack
+  std::vector<float> pack_load;     // float32 load of each pack
+  MinTree tree;
 
   void reserve(int max_items, int max_packs, int max_experts);
 };

@@ -29,6 +29,7 @@ const Shape kShapes[] = {
     {"one-node", {1, 10, 20, 1, 1, 5}},                // every read is intra-node
     {"one-rank-per-node", {1, 8, 16, 1, 4, 4}},        // every read is inter-node
     {"one-rank", {1, 4, 8, 1, 1, 1}},                  // no reads possible
+    {"many-nodes", {1, 200, 260, 1, 65, 130}},         // > 64 nodes: no node bit masks
 };
 
 class PlanProperty : public ::testing::TestWithParam<Shape> {};

@@ -76,6 +76,13 @@ using RegionId = uint64_t;
 using DescriptorListId = uint64_t;
 using RequestId = uint64_t;
 
+// Memory allocated and registered by the agent's backend (allocate_memory).
+struct AllocatedRegion {
+  RegionId id = 0;
+  void* address = nullptr;
+  size_t length = 0;
+};
+
 struct AgentConfig {
   std::string name;
   std::string backend = "ucx";  // "ucx" or "loopback"
@@ -101,6 +108,14 @@ class Agent {
   // Memory.
   virtual Result<RegionId> register_memory(const MemoryRegion& region) = 0;
   virtual Status deregister_memory(RegionId region) = 0;
+  // Allocates `length` bytes of host memory through the backend and
+  // registers it as one region; deregister_memory() frees it. With UCX the
+  // memory comes from shared-memory segments (UCX_ALLOC_PRIO), which
+  // same-host peers read and write directly, without this process's CPU;
+  // memory registered with register_memory() can only be reached through
+  // UCX 1.13's software RMA emulation on shared memory, which needs the
+  // owner to progress. Backends that cannot allocate return Unsupported.
+  virtual Result<AllocatedRegion> allocate_memory(size_t length) = 0;
 
   // Metadata. The partial form exports only the listed regions.
   virtual Result<std::vector<uint8_t>> export_metadata() const = 0;

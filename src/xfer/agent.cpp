@@ -77,6 +77,19 @@ Result<RegionId> AgentImpl::register_memory(const MemoryRegion& region) {
   return state->id;
 }
 
+Result<AllocatedRegion> AgentImpl::allocate_memory(size_t length) {
+  if (length == 0) return error(Code::InvalidArgument, "agent " + name_ + ": cannot allocate an empty region");
+  void* address = nullptr;
+  auto memory = backend_->allocate_memory(length, &address);
+  if (!memory) return memory.status().with_context("agent " + name_ + ": allocating " + format_bytes(length));
+  auto state = std::make_shared<LocalRegionState>();
+  state->id = next_handle();
+  state->region = MemoryRegion{address, length, MemoryKind::Host, 0};
+  state->memory = std::move(memory).value();
+  regions_[state->id] = state;
+  return AllocatedRegion{state->id, address, length};
+}
+
 Status AgentImpl::deregister_memory(RegionId id) {
   auto found = regions_.find(id);
   if (found == regions_.end())

@@ -78,6 +78,7 @@ class AgentImpl final : public Agent {
 
   Result<RegionId> register_memory(const MemoryRegion& region) override;
   Status deregister_memory(RegionId region) override;
+  Result<AllocatedRegion> allocate_memory(size_t length) override;
 
   Result<std::vector<uint8_t>> export_metadata() const override;
   Result<std::vector<uint8_t>> export_metadata(std::span<const RegionId> regions) const override;

@@ -65,6 +65,11 @@ class Backend {
   virtual std::vector<uint8_t> connection_info() const = 0;
 
   virtual Result<std::unique_ptr<BackendMemory>> register_memory(const MemoryRegion& region) = 0;
+  // Allocates and registers `length` bytes owned by the returned memory
+  // object (freed with it); *address receives the start. Default: Unsupported.
+  virtual Result<std::unique_ptr<BackendMemory>> allocate_memory(size_t length, void** address) {
+    return Status(Code::Unsupported, name() + " backend cannot allocate memory");
+  }
   virtual Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
                                                        std::span<const uint8_t> connection_info) = 0;
   virtual Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer,

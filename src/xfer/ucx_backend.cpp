@@ -184,9 +184,14 @@ class UcxBackend final : public Backend {
     if (status != UCS_OK) {
       return status_for(status, "ucp_mem_map of " + format_bytes(region.length));
     }
+    return pack(memh);
+  }
+
+  // Packs the remote key of a mapped region; unmaps it on failure.
+  Result<std::unique_ptr<BackendMemory>> pack(ucp_mem_h memh) {
     void* packed = nullptr;
     size_t packed_size = 0;
-    status = ucp_rkey_pack(state_->context, memh, &packed, &packed_size);
+    const ucs_status_t status = ucp_rkey_pack(state_->context, memh, &packed, &packed_size);
     if (status != UCS_OK) {
       ucp_mem_unmap(state_->context, memh);
       return status_for(status, "ucp_rkey_pack");
@@ -194,6 +199,30 @@ class UcxBackend final : public Backend {
     std::vector<uint8_t> key(static_cast<uint8_t*>(packed), static_cast<uint8_t*>(packed) + packed_size);
     ucp_rkey_buffer_release(packed);
     return std::unique_ptr<BackendMemory>(std::make_unique<UcxMemory>(state_, memh, std::move(key)));
+  }
+
+  Result<std::unique_ptr<BackendMemory>> allocate_memory(size_t length, void** address) override {
+    if (length == 0) return error(Code::InvalidArgument, "ucx backend: cannot allocate an empty region");
+    ucp_mem_map_params_t params{};
+    params.field_mask =
+        UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    params.address = nullptr;
+    params.length = length;
+    params.flags = UCP_MEM_MAP_ALLOCATE;
+    ucp_mem_h memh = nullptr;
+    ucs_status_t status = ucp_mem_map(state_->context, &params, &memh);
+    if (status != UCS_OK) return status_for(status, "ucp_mem_map allocating " + format_bytes(length));
+    ucp_mem_attr_t attributes{};
+    attributes.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    status = ucp_mem_query(memh, &attributes);
+    if (status != UCS_OK || attributes.address == nullptr || attributes.length < length) {
+      ucp_mem_unmap(state_->context, memh);
+      return status_for(status != UCS_OK ? status : UCS_ERR_NO_MEMORY, "ucp_mem_query");
+    }
+    auto memory = pack(memh);
+    if (!memory) return memory.status();
+    *address = attributes.address;
+    return memory;
   }
 
   Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,

@@ -50,6 +50,7 @@ RequestState drive(BackendRequest& request, Backend& other, Status* failure, dou
 class UcxBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { test::use_ucx_transport(GetParam()); }
+  void TearDown() override { test::use_ucx_transport("shm"); }
 };
 
 TEST_P(UcxBackendTest, ReadAndWriteManySegmentsWithNotification) {

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Runs `eplb xfer-bench --op read` side by side with `ucx_perftest -t ucp_get`
+# (Debian ucx-utils) on this machine: same block sizes, same iteration
+# counts, same UCX transport, alternating per block size so that both see
+# the same machine load. Prints one table with the bandwidth ratio.
+#
+# Usage: bench/xfer_vs_perftest.sh [--transport shm|tcp] [--sizes "4K 64K 1M 16M 64M"]
+#                                  [--iterations N] [--build DIR] [--repeat R]
+#   shm: UCX_TLS=posix,sysv,cma,self     tcp: UCX_TLS=tcp,self, UCX_NET_DEVICES=lo
+# eplb runs twice per size: with --memory ucx (buffers allocated by UCX, as
+# ucx_perftest allocates its own: the like-for-like ratio) and with
+# --memory user (heap buffers registered with register_memory).
+# Bandwidth is in GB/s (10^9 bytes/s); ucx_perftest's MB/s (2^20 bytes/s) is
+# converted. With --repeat R each side runs R times and the best run counts.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+transport=shm
+sizes="4K 64K 1M 4M 16M 64M"
+iterations=0
+build="$root/build"
+repeat=1
+while (($#)); do
+  case "$1" in
+    --transport) transport="$2"; shift 2 ;;
+    --sizes) sizes="$2"; shift 2 ;;
+    --iterations) iterations="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --repeat) repeat="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "xfer_vs_perftest.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+eplb="$build/eplb"
+[[ -x "$eplb" ]] || { echo "xfer_vs_perftest.sh: $eplb not built (cmake --build $build --target eplb)" >&2; exit 2; }
+command -v ucx_perftest >/dev/null || { echo "xfer_vs_perftest.sh: ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 2; }
+
+case "$transport" in
+  shm) export UCX_TLS=posix,sysv,cma,self; unset UCX_NET_DEVICES; perftest_flags=() ;;
+  tcp) export UCX_TLS=tcp,self; export UCX_NET_DEVICES=lo; perftest_flags=(-e) ;;  # -e: peer error handling, as eplb
+  *) echo "xfer_vs_perftest.sh: --transport must be shm or tcp" >&2; exit 2 ;;
+esac
+
+bytes_of() {
+  local text="$1" number="${1%[KMG]}"
+  case "$text" in
+    *K) echo $((number << 10)) ;;
+    *M) echo $((number << 20)) ;;
+    *G) echo $((number << 30)) ;;
+    *) echo "$number" ;;
+  esac
+}
+
+iterations_for() {  # same rule as xfer-bench's automatic count: ~1 GiB, 20..2000
+  local bytes="$1" n
+  if ((iterations > 0)); then echo "$iterations"; return; fi
+  n=$(((1 << 30) / bytes))
+  ((n < 20)) && n=20
+  ((n > 2000)) && n=2000
+  echo "$n"
+}
+
+port=$((20000 + RANDOM % 20000))
+perftest_gbps() {  # size_bytes iterations -> GB/s (overall)
+  local size="$1" n="$2" server_pid line
+  port=$((port + 1))
+  ucx_perftest -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" >/dev/null 2>&1 &
+  server_pid=$!
+  for _ in $(seq 50); do
+    line=$(timeout 120 ucx_perftest 127.0.0.1 -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" 2>/dev/null \
+      | awk '/^Final:/ {print $7}') && [[ -n "$line" ]] && break
+    sleep 0.1
+  done
+  wait "$server_pid" 2>/dev/null || true
+  awk -v mbs="${line:-0}" 'BEGIN {printf "%.3f", mbs * 1048576 / 1e9}'
+}
+
+eplb_row() {  # size_text iterations memory -> "gbps latency_us prepare_us post_us"
+  "$eplb" xfer-bench --op read --transport "$transport" --memory "$3" --block-sizes "$1" --iterations "$2" --warmup 5 --json \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.2f %.2f %.2f" % (r["gigabytes_per_second"], r["average_latency_us"], r["prepare_us"], r["post_us"]))'
+}
+
+best() { printf '%s\n' "$@" | sort -g | tail -1; }
+
+echo "# eplb xfer-bench READ vs ucx_perftest -t ucp_get, transport $transport (UCX_TLS=$UCX_TLS), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-8s %6s %10s %10s %7s %10s %10s %7s %12s\n' block iters "perftest" "eplb ucx" ratio "eplb lat" "eplb user" ratio "user p+p us"
+printf '%-8s %6s %10s %10s %7s %10s %10s %7s %12s\n' "" "" "GB/s" "GB/s" "" "us" "GB/s" "" ""
+for size_text in $sizes; do
+  size=$(bytes_of "$size_text")
+  n=$(iterations_for "$size")
+  perftest_runs=() ucx_runs=() user_runs=() ucx_line="" user_line=""
+  for _ in $(seq "$repeat"); do
+    perftest_runs+=("$(perftest_gbps "$size" "$n")")
+    line=$(eplb_row "$size_text" "$n" ucx)
+    ucx_runs+=("${line%% *}")
+    if [[ -z "$ucx_line" || "${line%% *}" == "$(best "${ucx_runs[@]}")" ]]; then ucx_line="$line"; fi
+    line=$(eplb_row "$size_text" "$n" user)
+    user_runs+=("${line%% *}")
+    if [[ -z "$user_line" || "${line%% *}" == "$(best "${user_runs[@]}")" ]]; then user_line="$line"; fi
+  done
+  perftest=$(best "${perftest_runs[@]}")
+  read -r gbps latency _ _ <<<"$ucx_line"
+  read -r user_gbps _ user_prepare user_post <<<"$user_line"
+  ratio=$(awk -v a="$gbps" -v b="$perftest" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}')
+  user_ratio=$(awk -v a="$user_gbps" -v b="$perftest" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}')
+  overhead=$(awk -v a="$user_prepare" -v b="$user_post" 'BEGIN {printf "%.2f", a + b}')
+  printf '%-8s %6d %10s %10s %7s %10s %10s %7s %12s\n' "$size_text" "$n" "$perftest" "$gbps" "$ratio" "$latency" \
+    "$user_gbps" "$user_ratio" "$overhead"
+done

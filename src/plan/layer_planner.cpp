@@ -25,7 +25,6 @@ std::string at_layer(int layer) { return "plan layer " + std::to_string(layer) +
 LayerPlanner::LayerPlanner(const Topology& topology)
     : topology_(topology),
       slots_per_rank_(topology.slots_per_rank()),
-      slots_per_node_(topology.slots_per_rank() * topology.ranks_per_node()),
       replica_begin_(size_t(topology.num_experts) + 1),
       replica_slots_(size_t(topology.num_slots)),
       cursor_(size_t(topology.num_experts)),
@@ -74,11 +73,12 @@ Status LayerPlanner::check_and_index(std::span<const int32_t> old_phy2log, std::
   }
   for (int e = 0; e < num_experts; ++e) replica_begin_[size_t(e) + 1] += replica_begin_[size_t(e)];
   std::copy(replica_begin_.begin(), replica_begin_.end() - 1, cursor_.begin());
-  for (int s = 0; s < num_slots; ++s) replica_slots_[size_t(cursor_[size_t(old_phy2log[size_t(s)])]++)] = s;
-  if (topology_.num_nodes <= 64) {
-    std::fill(node_mask_.begin(), node_mask_.end(), 0);
-    for (int s = 0; s < num_slots; ++s)
-      node_mask_[size_t(old_phy2log[size_t(s)])] |= uint64_t(1) << node_of_slot_[size_t(s)];
+  std::fill(node_mask_.begin(), node_mask_.end(), 0);
+  const bool use_node_mask = topology_.num_nodes <= 64;
+  for (int s = 0; s < num_slots; ++s) {
+    const size_t e = size_t(old_phy2log[size_t(s)]);
+    replica_slots_[size_t(cursor_[e]++)] = s;
+    if (use_node_mask) node_mask_[e] |= uint64_t(1) << node_of_slot_[size_t(s)];
   }
 
   for (int s = 0; s < num_slots; ++s) {

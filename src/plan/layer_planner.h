@@ -37,7 +37,6 @@ class LayerPlanner {
 
   Topology topology_;
   int slots_per_rank_ = 0;
-  int slots_per_node_ = 0;
 
   std::vector<int32_t> rank_of_slot_;  // [R] (tables: no division in the loops)
   std::vector<int32_t> node_of_slot_;  // [R]

@@ -155,9 +155,10 @@ TEST(PlanCases, ReplicaAddedIsReadOnceThenCopiedAfterRead) {
   EXPECT_TRUE(plan.slots_read_from[3].empty());
 }
 
-TEST(PlanCases, ReplicaRemovedNeedsNoTransfer) {
-  // Slot 7 held a second replica of 3; it becomes a third replica of 0,
-  // read from slot 4 on the same node. Nothing else moves.
+TEST(PlanCases, ReplicaRemovedMovesOnlyTheFreedSlot) {
+  // Slot 7 held the second replica of 3; that replica is removed (expert 3
+  // keeps slot 3) and the freed slot becomes another replica of 0, read from
+  // slot 4 on the same node. Removing the replica itself moves nothing.
   LayerPlan plan = plan_ok({0, 1, 2, 3, 0, 1, 2, 3}, {0, 1, 2, 3, 0, 1, 2, 0}, kRedundant);
   expect_keep(plan, kRedundant, {0, 1, 2, 3, 4, 5, 6});
   expect_read(plan, kRedundant, 7, 4);

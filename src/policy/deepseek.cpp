@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "deepseek_packing.h"
+#include "layer_tools.h"
 #include "eplb/common.h"
 #include "eplb/policy.h"
 #include "policies.h"
@@ -125,11 +126,12 @@ class DeepSeekPolicy final : public Policy {
 
   Result<Placement> place(const LoadMatrix& load, const Topology& topology, const Placement& current,
                           const PolicyOptions& options) const override {
-    if (options.anti_affinity)
-      return error(Code::Unsupported,
-                   "policy 'deepseek' reproduces DeepSeek's algorithm exactly and cannot promise anti-affinity "
-                   "(it may put two replicas of one expert on one rank); use another policy");
     EPLB_ASSIGN_OR_RETURN(Placement placement, deepseek_placement(load, topology, options.threads));
+    // Anti-affinity is post-processing (swaps that separate duplicate
+    // replicas, then the same hysteresis; layer_tools.h): asked for, the
+    // output is no longer DeepSeek's exactly; by default it is untouched.
+    if (options.anti_affinity)
+      return policies::apply_common_options(std::move(placement), load, topology, current, options);
     if (options.min_gain <= 0) return placement;
     // Hysteresis: keep the current mapping of layers that would gain too little.
     EPLB_TRY(current.validate_against(topology).with_context("policy 'deepseek' with min_gain: current placement"));

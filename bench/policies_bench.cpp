@@ -1,0 +1,76 @@
+// Full rebalances of the DeepSeek-V3 serving shape (58 layers, 256 experts,
+// 288 slots on 32 ranks; 4 nodes with 8 groups, and 1 node) by every
+// policy, on one core, from the standard drifting trace: the load is the
+// sum of steps [20, 40) of `eplb gen-load --preset deepseek-v3 --dist
+// lognormal --steps 40 --seed 1` (default drift), and the placement in force
+// is deepseek's fitted on steps [0, 20). Target: every policy < 10 ms.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "eplb/policy.h"
+#include "eplb/sim.h"
+
+namespace {
+
+struct Fixture {
+  eplb::Topology topology;
+  eplb::LoadMatrix load;
+  eplb::Placement current;
+};
+
+const Fixture& fixture(int nodes) {
+  static Fixture fixtures[2];
+  static bool ready[2] = {false, false};
+  int index = nodes == 1 ? 1 : 0;
+  if (!ready[index]) {
+    Fixture& f = fixtures[index];
+    f.topology = eplb::topology_preset("deepseek-v3").value();
+    f.topology.num_nodes = nodes;
+    eplb::LoadGenOptions options;
+    options.distribution = eplb::LoadDistribution::Lognormal;
+    options.num_steps = 40;
+    options.seed = 1;
+    auto trace = eplb::generate_load_trace(options);
+    if (!trace) {
+      std::fprintf(stderr, "policies_bench: %s\n", trace.status().to_string().c_str());
+      std::exit(1);
+    }
+    f.load = trace->sum(20, 20);
+    f.current = eplb::deepseek_placement(trace->sum(0, 20), f.topology).value();
+    ready[index] = true;
+  }
+  return fixtures[index];
+}
+
+void BM_Policy(benchmark::State& state, const char* name, int nodes, int threads) {
+  const Fixture& f = fixture(nodes);
+  auto policy = eplb::make_policy(name).value();
+  eplb::PolicyOptions options;
+  options.threads = threads;
+  options.budget = 0.1;
+  for (auto _ : state) {
+    auto placed = policy->place(f.load, f.topology, f.current, options);
+    if (!placed) {
+      state.SkipWithError(placed.status().to_string().c_str());
+      break;
+    }
+    benchmark::DoNotOptimize(placed->phy2log_data().data());
+  }
+  state.SetLabel(f.topology.to_string() + " threads=" + std::to_string(threads));
+}
+
+#define EPLB_POLICY_BENCH(policy)                                                                  \
+  BENCHMARK_CAPTURE(BM_Policy, policy##_4nodes, #policy, 4, 1)->Unit(benchmark::kMillisecond);     \
+  BENCHMARK_CAPTURE(BM_Policy, policy##_1node, #policy, 1, 1)->Unit(benchmark::kMillisecond);      \
+  BENCHMARK_CAPTURE(BM_Policy, policy##_4nodes_2threads, #policy, 4, 2)->Unit(benchmark::kMillisecond)
+
+EPLB_POLICY_BENCH(deepseek);
+EPLB_POLICY_BENCH(relabel);
+EPLB_POLICY_BENCH(incremental);
+EPLB_POLICY_BENCH(balanced);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,43 @@
+// eplb/estimator.h - load estimators: what load a policy should plan for,
+// from a window of per-step loads.
+//
+// Contract: pure and deterministic. An estimator turns steps
+// [first, first + count) of a [W][L][E] trace into one [L][E] load matrix,
+// scaled like a plain sum over `count` steps (so the numbers stay
+// comparable between estimators):
+//   sum          the plain sum of the steps;
+//   ema:H        an exponential moving average with half-life H steps (the
+//                newest step has weight 1, a step H steps older 1/2, ...),
+//                normalized so that the weights add up to `count`;
+//   robust:Z     per expert, (mean + Z * standard deviation over the steps)
+//                times `count`, floored at 0: experts with bursty loads are
+//                planned for more than their average (Z >= 0), or less (Z < 0).
+// Text syntax (--estimator): "sum", "ema:H" (H > 0), "robust:Z" (finite Z).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "eplb/placement.h"
+#include "eplb/placement_io.h"
+#include "eplb/status.h"
+
+namespace eplb {
+
+enum class EstimatorKind { Sum, Ema, Robust };
+
+struct Estimator {
+  EstimatorKind kind = EstimatorKind::Sum;
+  double half_life = 0;  // ema: half-life in steps (> 0)
+  double z = 0;          // robust: standard deviations above the mean
+
+  // "sum", "ema:8", "robust:1.5" (parse_estimator reads it back).
+  std::string to_string() const;
+};
+
+Result<Estimator> parse_estimator(std::string_view text);
+
+// Estimated [L][E] load from steps [first, first + count) of the trace.
+Result<LoadMatrix> estimate_load(const LoadTrace& trace, int first, int count, const Estimator& estimator);
+
+}  // namespace eplb

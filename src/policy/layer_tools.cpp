@@ -1,0 +1,219 @@
+#include "layer_tools.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace eplb::policies {
+
+Status check_load(const LoadMatrix& load, const Topology& topology) {
+  EPLB_TRY(topology.validate());
+  EPLB_TRY(load.validate());
+  if (load.num_layers != topology.num_layers || load.num_experts != topology.num_experts)
+    return error(Code::Mismatch, "load is [" + std::to_string(load.num_layers) + "][" +
+                                     std::to_string(load.num_experts) + "] but the topology is " +
+                                     topology.to_string());
+  return Status::ok();
+}
+
+Status check_current(const Placement& current, const Topology& topology) {
+  return current.validate_against(topology).with_context("current placement");
+}
+
+Result<int> budget_slots(double budget, int num_slots) {
+  if (!std::isfinite(budget) || budget < 0)
+    return error(Code::InvalidArgument, "budget must be a finite number >= 0 (fraction of slots < 1, count >= 1), got " +
+                                            std::to_string(budget));
+  double slots = budget < 1 ? std::floor(budget * num_slots + 1e-9) : std::floor(budget);
+  return int(std::min<double>(slots, num_slots));
+}
+
+void layer_rank_loads(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology,
+                      std::vector<double>& rank_load) {
+  std::vector<int> count(load.size(), 0);
+  for (int32_t e : phy2log) ++count[size_t(e)];
+  rank_load.assign(size_t(topology.num_ranks), 0.0);
+  int per_rank = topology.slots_per_rank();
+  for (size_t s = 0; s < phy2log.size(); ++s) {
+    int e = phy2log[s];
+    rank_load[s / size_t(per_rank)] += load[size_t(e)] / count[size_t(e)];
+  }
+}
+
+double layer_max_load(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology) {
+  std::vector<double> rank_load;
+  layer_rank_loads(phy2log, load, topology, rank_load);
+  return *std::max_element(rank_load.begin(), rank_load.end());
+}
+
+double layer_balancedness(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology) {
+  std::vector<double> rank_load;
+  layer_rank_loads(phy2log, load, topology, rank_load);
+  double max = 0, total = 0;
+  for (double v : rank_load) {
+    max = std::max(max, v);
+    total += v;
+  }
+  double mean = total / double(rank_load.size());
+  return max > 0 ? mean / max : 1.0;
+}
+
+bool violates_anti_affinity(std::span<const int32_t> phy2log, const Topology& topology) {
+  int per_rank = topology.slots_per_rank();
+  for (size_t base = 0; base < phy2log.size(); base += size_t(per_rank))
+    for (int i = 0; i < per_rank; ++i)
+      for (int j = 0; j < i; ++j)
+        if (phy2log[base + i] == phy2log[base + j]) return true;
+  return false;
+}
+
+namespace {
+
+bool rank_holds(std::span<const int32_t> phy2log, int per_rank, int rank, int expert) {
+  for (int i = 0; i < per_rank; ++i)
+    if (phy2log[size_t(rank) * per_rank + i] == expert) return true;
+  return false;
+}
+
+}  // namespace
+
+Result<int> repair_anti_affinity(std::vector<int32_t>& phy2log, std::span<const double> load,
+                                 const Topology& topology, int layer, bool prefer_same_node, bool may_change_counts) {
+  const int per_rank = topology.slots_per_rank();
+  const int ranks = topology.num_ranks;
+  const int experts = int(load.size());
+  if (per_rank > experts)
+    return error(Code::InvalidArgument, "layer " + std::to_string(layer) + ": anti-affinity is impossible: " +
+                                            std::to_string(per_rank) + " slots per rank but only " +
+                                            std::to_string(experts) + " experts");
+  std::vector<int> count(load.size(), 0);
+  for (int32_t e : phy2log) ++count[size_t(e)];
+  int rewritten = 0;
+  for (int e = 0; e < experts; ++e) {
+    if (count[size_t(e)] <= ranks) continue;
+    if (!may_change_counts)
+      return error(Code::InvalidArgument, "layer " + std::to_string(layer) + ": anti-affinity is impossible: expert " +
+                                              std::to_string(e) + " has " + std::to_string(count[size_t(e)]) +
+                                              " replicas but there are only " + std::to_string(ranks) + " ranks");
+    // Too many replicas: re-target duplicates (last slot first) to the
+    // experts with the largest load per replica that have room.
+    for (int slot = int(phy2log.size()) - 1; slot >= 0 && count[size_t(e)] > ranks; --slot) {
+      if (phy2log[size_t(slot)] != e) continue;
+      const int rank = slot / per_rank;
+      int on_rank = 0;
+      for (int i = 0; i < per_rank; ++i) on_rank += phy2log[size_t(rank) * per_rank + i] == e;
+      if (on_rank < 2) continue;
+      int target = -1;
+      double target_weight = -1;
+      for (int h = 0; h < experts; ++h) {
+        if (count[size_t(h)] >= ranks || rank_holds(phy2log, per_rank, rank, h)) continue;
+        double w = load[size_t(h)] / (count[size_t(h)] + 1);
+        if (w > target_weight) {
+          target = h;
+          target_weight = w;
+        }
+      }
+      if (target < 0) break;
+      phy2log[size_t(slot)] = target;
+      --count[size_t(e)];
+      ++count[size_t(target)];
+      ++rewritten;
+    }
+    if (count[size_t(e)] > ranks)
+      return error(Code::Internal, "layer " + std::to_string(layer) + ": anti-affinity repair could not reduce the "
+                                       "replicas of expert " + std::to_string(e));
+  }
+  std::vector<double> rank_load;
+  layer_rank_loads(phy2log, load, topology, rank_load);
+  auto weight = [&](int slot) { return load[size_t(phy2log[size_t(slot)])] / count[size_t(phy2log[size_t(slot)])]; };
+  // Every swap removes one duplicate and creates none, so this terminates.
+  for (int rank = 0; rank < ranks; ++rank) {
+    for (int i = 0; i < per_rank; ++i) {
+      int slot = rank * per_rank + i;
+      int expert = phy2log[size_t(slot)];
+      bool duplicate = false;
+      for (int j = 0; j < i; ++j) duplicate |= phy2log[size_t(rank) * per_rank + j] == expert;
+      if (!duplicate) continue;
+      int best = -1;
+      bool best_same_node = false;
+      double best_peak = std::numeric_limits<double>::infinity();
+      for (int other = 0; other < ranks; ++other) {
+        if (other == rank || rank_holds(phy2log, per_rank, other, expert)) continue;
+        bool same_node = topology.node_of_rank(other) == topology.node_of_rank(rank);
+        if (prefer_same_node && best_same_node && !same_node) continue;
+        for (int k = 0; k < per_rank; ++k) {
+          int partner = other * per_rank + k;
+          int partner_expert = phy2log[size_t(partner)];
+          if (partner_expert == expert || rank_holds(phy2log, per_rank, rank, partner_expert)) continue;
+          double delta = weight(partner) - weight(slot);
+          double peak = std::max(rank_load[size_t(rank)] + delta, rank_load[size_t(other)] - delta);
+          bool better = peak < best_peak;
+          if (prefer_same_node && same_node && !best_same_node) better = true;
+          if (better) {
+            best = partner;
+            best_peak = peak;
+            best_same_node = same_node;
+          }
+        }
+      }
+      if (best < 0)
+        return error(Code::InvalidArgument, "layer " + std::to_string(layer) +
+                                                ": anti-affinity repair found no swap for expert " +
+                                                std::to_string(expert) + " on rank " + std::to_string(rank));
+      double delta = weight(best) - weight(slot);
+      rank_load[size_t(rank)] += delta;
+      rank_load[size_t(best / per_rank)] -= delta;
+      std::swap(phy2log[size_t(slot)], phy2log[size_t(best)]);
+      rewritten += 2;
+    }
+  }
+  return rewritten;
+}
+
+Result<Placement> placement_from_phy2log(const Topology& topology, std::vector<int32_t> phy2log) {
+  return Placement::from_phy2log(topology.num_layers, topology.num_experts, topology.num_slots, std::move(phy2log));
+}
+
+int apply_hysteresis(std::vector<int32_t>& phy2log, const Placement& current, const LoadMatrix& load,
+                     const Topology& topology, double min_gain, bool anti_affinity) {
+  if (!(min_gain > 0)) return 0;
+  const size_t slots = size_t(topology.num_slots);
+  int kept = 0;
+  for (int l = 0; l < topology.num_layers; ++l) {
+    std::span<int32_t> fresh(phy2log.data() + size_t(l) * slots, slots);
+    std::span<const int32_t> old = current.layer_phy2log(l);
+    if (anti_affinity && violates_anti_affinity(old, topology)) continue;
+    double gain = layer_balancedness(fresh, load.layer(l), topology) - layer_balancedness(old, load.layer(l), topology);
+    if (gain < min_gain) {
+      std::copy(old.begin(), old.end(), fresh.begin());
+      ++kept;
+    }
+  }
+  return kept;
+}
+
+Result<Placement> apply_common_options(Placement placed, const LoadMatrix& load, const Topology& topology,
+                                       const Placement& current, const PolicyOptions& options,
+                                       bool may_change_counts) {
+  bool hysteresis = options.min_gain > 0;
+  if (!options.anti_affinity && !hysteresis) return placed;
+  if (hysteresis) EPLB_TRY(check_current(current, topology));
+  std::vector<int32_t> phy2log = placed.phy2log_data();
+  const size_t slots = size_t(topology.num_slots);
+  if (options.anti_affinity) {
+    for (int l = 0; l < topology.num_layers; ++l) {
+      std::vector<int32_t> layer(phy2log.begin() + l * slots, phy2log.begin() + (l + 1) * slots);
+      if (!violates_anti_affinity(layer, topology)) continue;
+      auto repaired = repair_anti_affinity(layer, load.layer(l), topology, l, topology.hierarchical(),
+                                           may_change_counts);
+      if (!repaired) return repaired.status();
+      std::copy(layer.begin(), layer.end(), phy2log.begin() + l * slots);
+    }
+  }
+  apply_hysteresis(phy2log, current, load, topology, options.min_gain, options.anti_affinity);
+  if (phy2log == placed.phy2log_data()) return placed;
+  return placement_from_phy2log(topology, std::move(phy2log));
+}
+
+}  // namespace eplb::policies

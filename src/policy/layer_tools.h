@@ -1,0 +1,65 @@
+// layer_tools.h - per-layer helpers shared by the migration-aware policies
+// (internal to src/policy/): input checks, budgets, per-layer metrics,
+// anti-affinity repair, min_gain hysteresis, and the option post-processing
+// applied to `deepseek`.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "eplb/placement.h"
+#include "eplb/policy.h"
+#include "eplb/status.h"
+
+namespace eplb::policies {
+
+// load matches the topology (layers, experts) and is valid; topology valid.
+Status check_load(const LoadMatrix& load, const Topology& topology);
+// current is a valid placement of this topology's shape.
+Status check_current(const Placement& current, const Topology& topology);
+// PolicyOptions::budget as slots per layer: < 1 a fraction of R (rounded
+// down), >= 1 a count (rounded down), clamped to [0, R].
+Result<int> budget_slots(double budget, int num_slots);
+
+// Rank loads of one layer given as phy2log (replica = load / count).
+void layer_rank_loads(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology,
+                      std::vector<double>& rank_load);
+// mean / max of those rank loads (1 when the layer has no load), computed
+// exactly like eplb::balancedness (same summation order).
+double layer_balancedness(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology);
+double layer_max_load(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology);
+
+// True when some rank holds two replicas of one expert.
+bool violates_anti_affinity(std::span<const int32_t> phy2log, const Topology& topology);
+
+// Removes every duplicate (expert, rank) pair by swapping slots across
+// ranks, keeping replica counts; each swap picks the partner slot that
+// keeps the two ranks' larger load lowest (ties: lowest slot), same node
+// first when `prefer_same_node`. An expert with more replicas than ranks is
+// an InvalidArgument error, unless `may_change_counts`: then its surplus
+// duplicates are first re-targeted to the experts with the largest load per
+// replica that have room. Also InvalidArgument when a rank has more slots
+// than there are experts. Returns the number of slots rewritten.
+Result<int> repair_anti_affinity(std::vector<int32_t>& phy2log, std::span<const double> load,
+                                 const Topology& topology, int layer, bool prefer_same_node,
+                                 bool may_change_counts = false);
+
+// Builds a Placement (log2phy ordered by slot) from [L][R] phy2log.
+Result<Placement> placement_from_phy2log(const Topology& topology, std::vector<int32_t> phy2log);
+
+// Hysteresis: keeps current's layer l wherever the new layer's
+// balancedness on `load` exceeds current's by less than min_gain. No-op when
+// min_gain <= 0. With anti_affinity, a current layer that violates it is
+// never kept. Returns the number of layers kept.
+int apply_hysteresis(std::vector<int32_t>& phy2log, const Placement& current, const LoadMatrix& load,
+                     const Topology& topology, double min_gain, bool anti_affinity);
+
+// The options post-processing of a finished placement (deepseek's, and the
+// start of relabel and balanced): anti-affinity repair, then hysteresis.
+// Returns `placed` untouched (bit for bit) with default options.
+Result<Placement> apply_common_options(Placement placed, const LoadMatrix& load, const Topology& topology,
+                                       const Placement& current, const PolicyOptions& options,
+                                       bool may_change_counts = false);
+
+}  // namespace eplb::policies

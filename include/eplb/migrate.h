@@ -107,7 +107,13 @@ struct TensorMemory {
 class ExpertStore {
  public:
   // Allocates one page-aligned arena for all layers plus the staging area.
-  static Result<std::unique_ptr<ExpertStore>> create_arena(const StoreLayout& layout, int first_slot);
+  // With `agent`, the arena comes from agent->allocate_memory() (with UCX:
+  // shared-memory segments that same-host peers read without this process's
+  // CPU) and is registered already; backends that cannot allocate fall back
+  // to private memory. Such an arena belongs to the agent: it is freed when
+  // the agent is destroyed, and the store must not be used after that.
+  static Result<std::unique_ptr<ExpertStore>> create_arena(const StoreLayout& layout, int first_slot,
+                                                           xfer::Agent* agent = nullptr);
   // Uses the engine's buffers memory[layer][tensor] (not owned, must outlive
   // the store); only the staging area is allocated.
   static Result<std::unique_ptr<ExpertStore>> adopt(const StoreLayout& layout, int first_slot,
@@ -131,8 +137,11 @@ class ExpertStore {
   // XXH3-64 of a live row.
   uint64_t checksum(int layer, int local_slot, int tensor) const;
 
-  // The memory to register with the xfer Agent (live memory + staging).
+  // The memory to register with the xfer Agent (live memory + staging),
+  // without an arena the agent allocated (registered already).
   std::vector<xfer::MemoryRegion> regions() const;
+  // True when the arena was allocated (and registered) by the agent.
+  bool arena_from_agent() const { return agent_region_ != 0; }
 
   // Simulation: writes every slot of `layer` (or all layers) with the
   // synthetic content of the expert `placement` maps it to.
@@ -151,6 +160,8 @@ class ExpertStore {
   std::vector<std::vector<uint64_t>> staging_offsets_;  // [layer][tensor] offset into staging
   uint8_t* arena_ = nullptr;
   uint64_t arena_bytes_ = 0;
+  xfer::Agent* agent_ = nullptr;      // owner of the arena when agent_region_ != 0
+  xfer::RegionId agent_region_ = 0;
   uint8_t* staging_ = nullptr;
   uint64_t staging_bytes_ = 0;
 };
@@ -215,7 +226,8 @@ struct RoundReport {
   std::vector<LayerReport> layers;
   double seconds = 0;
   Status status;  // ok, or why the round stopped
-  uint64_t bytes_moved() const;  // local + intra + inter of all layers
+  // Bytes of committed layers only (a failed layer's bytes were dropped).
+  uint64_t bytes_moved() const;  // local + intra + inter
   uint64_t bytes_local() const;
   uint64_t bytes_intra_node() const;
   uint64_t bytes_inter_node() const;

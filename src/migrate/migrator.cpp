@@ -231,17 +231,17 @@ Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, xfer::Ag
 
 uint64_t RoundReport::bytes_local() const {
   uint64_t sum = 0;
-  for (const auto& layer : layers) sum += layer.bytes_local;
+  for (const auto& layer : layers) sum += layer.committed ? layer.bytes_local : 0;
   return sum;
 }
 uint64_t RoundReport::bytes_intra_node() const {
   uint64_t sum = 0;
-  for (const auto& layer : layers) sum += layer.bytes_intra_node;
+  for (const auto& layer : layers) sum += layer.committed ? layer.bytes_intra_node : 0;
   return sum;
 }
 uint64_t RoundReport::bytes_inter_node() const {
   uint64_t sum = 0;
-  for (const auto& layer : layers) sum += layer.bytes_inter_node;
+  for (const auto& layer : layers) sum += layer.committed ? layer.bytes_inter_node : 0;
   return sum;
 }
 uint64_t RoundReport::bytes_moved() const { return bytes_local() + bytes_intra_node() + bytes_inter_node(); }

@@ -312,18 +312,21 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options) {
   }
 
   // 2. Agent, store, migrator.
-  // Declared store first: destroyed last, after the agent that may still
-  // reference its memory while tearing down.
-  auto store_or = ExpertStore::create_arena(inputs.layout, me * topology.slots_per_rank());
-  if (!store_or) return fail(store_or.status().with_context("rank " + std::to_string(me)));
-  auto store = std::move(store_or).value();
+  // Destroyed in reverse order: the migrator (deregisters), the agent (frees
+  // an arena it allocated; pending backend work still finds private memory
+  // mapped), then the store.
+  std::unique_ptr<ExpertStore> store;
+  std::unique_ptr<xfer::Agent> agent;
   xfer::AgentConfig config;
   config.name = options.agent_prefix + std::to_string(me);
   config.backend = options.backend;
   config.fault_spec = rank_fault_spec(options.fault_spec, me);
   auto agent_or = xfer::Agent::create(config);
   if (!agent_or) return fail(agent_or.status().with_context("rank " + std::to_string(me) + ": creating the transfer agent"));
-  auto agent = std::move(agent_or).value();
+  agent = std::move(agent_or).value();
+  auto store_or = ExpertStore::create_arena(inputs.layout, me * topology.slots_per_rank(), agent.get());
+  if (!store_or) return fail(store_or.status().with_context("rank " + std::to_string(me)));
+  store = std::move(store_or).value();
   Placement current = default_placement(topology);
   store->fill_simulated(current);
   auto migrator_or = Migrator::create(group, *agent, *store, topology, options.migrate, setup_deadline);

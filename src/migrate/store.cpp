@@ -28,7 +28,8 @@ Result<uint8_t*> map_bytes(uint64_t bytes, const char* what) {
 }  // namespace
 
 ExpertStore::~ExpertStore() {
-  if (arena_) munmap(arena_, arena_bytes_);
+  // An agent-allocated arena belongs to the agent (freed with it).
+  if (arena_ && !agent_region_) munmap(arena_, arena_bytes_);
   if (staging_) munmap(staging_, staging_bytes_);
 }
 
@@ -40,7 +41,8 @@ static Status check_first_slot(const StoreLayout& layout, int first_slot) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout& layout, int first_slot) {
+Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout& layout, int first_slot,
+                                                              xfer::Agent* agent) {
   EPLB_TRY(layout.validate());
   EPLB_TRY(check_first_slot(layout, first_slot));
   std::unique_ptr<ExpertStore> store(new ExpertStore());
@@ -56,7 +58,19 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
       offset = round_up(offset + tensor.bytes_per_expert * uint64_t(layout.slots_per_rank), kPage);
     }
   store->arena_bytes_ = std::max<uint64_t>(offset, kPage);
-  EPLB_ASSIGN_OR_RETURN(store->arena_, map_bytes(store->arena_bytes_, "expert arena"));
+  if (agent) {
+    auto allocated = agent->allocate_memory(store->arena_bytes_);
+    if (allocated) {
+      store->agent_ = agent;
+      store->agent_region_ = allocated->id;
+      store->arena_ = static_cast<uint8_t*>(allocated->address);
+    } else if (allocated.status().code() != Code::Unsupported) {
+      return allocated.status().with_context("expert store: allocating the arena through the transfer agent");
+    }
+  }
+  if (!store->arena_) {
+    EPLB_ASSIGN_OR_RETURN(store->arena_, map_bytes(store->arena_bytes_, "expert arena"));
+  }
   store->memory_.resize(layout.layers.size());
   for (size_t l = 0; l < layout.layers.size(); ++l)
     for (size_t t = 0; t < layout.layers[l].size(); ++t)
@@ -132,7 +146,7 @@ uint64_t ExpertStore::checksum(int layer, int local_slot, int tensor) const {
 std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
   std::vector<xfer::MemoryRegion> regions;
   if (arena_) {
-    regions.push_back({arena_, arena_bytes_, xfer::MemoryKind::Host, 0});
+    if (!agent_region_) regions.push_back({arena_, arena_bytes_, xfer::MemoryKind::Host, 0});
   } else {
     for (size_t l = 0; l < memory_.size(); ++l)
       for (size_t t = 0; t < memory_[l].size(); ++t) {

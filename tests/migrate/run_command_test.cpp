@@ -126,7 +126,7 @@ TEST(RunCommand, InjectedErrorsAreRetriedAndTheRunCompletes) {
 TEST(RunCommand, StalledTransfersAbortCleanlyWithinTheDeadline) {
   if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
   std::string json = temp_path("stall.json");
-  Outcome outcome = run(kBinary + " run --ranks 2 --nodes 2 --timeout 0.5 --retries 1 --inject stall=1" + kSmall +
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 0.5 --retries 1 --inject stall=1" + kSmall +
                         " --json " + json);
   EXPECT_NE(outcome.exit_code, 0) << outcome.output;
   EXPECT_LT(outcome.seconds, 30) << outcome.output;
@@ -134,7 +134,7 @@ TEST(RunCommand, StalledTransfersAbortCleanlyWithinTheDeadline) {
   EXPECT_NE(outcome.output.find("still in progress at the deadline"), std::string::npos) << outcome.output;
   EXPECT_NE(outcome.output.find("kept its old placement on every rank"), std::string::npos) << outcome.output;
   // Every rank states its committed state and that it verified.
-  for (int rank = 0; rank < 2; ++rank)
+  for (int rank = 0; rank < 4; ++rank)
     EXPECT_NE(outcome.output.find("rank " + std::to_string(rank) + ": round 1 stopped"), std::string::npos)
         << outcome.output;
   EXPECT_NE(outcome.output.find("slots verified byte for byte against that mapping"), std::string::npos);

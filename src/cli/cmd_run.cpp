@@ -135,10 +135,13 @@ void install_test_hooks(RunOptions& options, int rank) {
   };
 }
 
-Status run_as_rank(ProcessGroup& group, RunOptions options) {
+Status run_as_rank(ProcessGroup& group, RunOptions options, bool mpi) {
   options.out = stdout;
+  // The local launcher says whether the user sees a terminal; mpirun gives
+  // ranks a pseudo-terminal even when its own output is a pipe, so under
+  // MPI bars need EPLB_RUN_TTY=1.
   const char* tty = std::getenv("EPLB_RUN_TTY");
-  options.tty = tty ? std::string(tty) == "1" : isatty(STDOUT_FILENO);
+  options.tty = tty ? std::string(tty) == "1" : (!mpi && isatty(STDOUT_FILENO));
   install_test_hooks(options, group.rank());
   RunSummary summary = run_rank(group, options);
   return summary.status;
@@ -264,14 +267,14 @@ void add_run(CLI::App& app) {
       auto options = build_options(*args, (*group)->size());
       if (!options) return set_command_result(options.status());
       options->bootstrap = "mpi";
-      return set_command_result(run_as_rank(**group, std::move(options).value()));
+      return set_command_result(run_as_rank(**group, std::move(options).value(), true));
     }
     if (local_env) {
       auto group = make_local_group(*local_env);
       if (!group) return set_command_result(group.status().with_context("local bootstrap"));
       auto options = build_options(*args, (*group)->size());
       if (!options) return set_command_result(options.status());
-      return set_command_result(run_as_rank(**group, std::move(options).value()));
+      return set_command_result(run_as_rank(**group, std::move(options).value(), false));
     }
     auto options = build_options(*args, 0);
     if (!options) return set_command_result(options.status());

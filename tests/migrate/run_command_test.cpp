@@ -172,4 +172,22 @@ TEST(RunCommand, MpirunStartsTheRanks) {
   std::remove(json.c_str());
 }
 
+TEST(RunCommand, RanksWithDifferentInputsAreRefusedBeforeAnythingMoves) {
+  if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  const std::string common = " run --bootstrap mpi --nodes 2" + kSmall;
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 " + kBinary + common + " : -np 2 " +
+                             kBinary + common;
+  Outcome policy = run(mpirun + " --policy relabel", "", 60);
+  EXPECT_NE(policy.exit_code, 0) << policy.output;
+  EXPECT_NE(policy.output.find("before any byte moved: rank 2 has policy = 'relabel', rank 0 has 'deepseek'"),
+            std::string::npos)
+      << policy.output;
+  Outcome layout = run(mpirun + " --tensors a:40000,b:25536", "", 60);
+  EXPECT_NE(layout.exit_code, 0) << layout.output;
+  EXPECT_NE(layout.output.find("rank 2 has expert layout"), std::string::npos) << layout.output;
+  EXPECT_NE(layout.output.find("a:40000,b:25536"), std::string::npos) << layout.output;
+  EXPECT_NE(layout.output.find("gate_up:43520"), std::string::npos) << layout.output;
+}
+
 }  // namespace

@@ -31,6 +31,10 @@
 //   a peer may still be reading, and no extra barrier is needed: layer l+1
 //   touches other rows, and its checksum allgather orders it after l's vote.
 // - Every wait has a deadline; nothing here throws.
+// - check_fingerprint: before anything moves, every rank's named inputs are
+//   compared with rank 0's; a difference names the rank and the field.
+// - run_rank: one rank of `eplb run` (inputs, fingerprint, agent, store,
+//   rounds of policy -> migrate -> verify every slot on every rank).
 #pragma once
 
 #include <cstdint>

@@ -144,6 +144,15 @@ Status run_as_rank(ProcessGroup& group, RunOptions options, bool mpi) {
   options.tty = tty ? std::string(tty) == "1" : (!mpi && isatty(STDOUT_FILENO));
   install_test_hooks(options, group.rank());
   RunSummary summary = run_rank(group, options);
+  // Errors every rank agreed on (an aborted layer, a fingerprint or layout
+  // mismatch) are printed once, by rank 0; the other ranks only exit with
+  // the same code. Errors of a lost rank differ per survivor: all print.
+  const Code code = summary.status.code();
+  if (group.rank() != 0 && (code == Code::Aborted || code == Code::Mismatch)) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::exit(exit_code_for(summary.status));
+  }
   return summary.status;
 }
 

@@ -12,6 +12,10 @@
 # --memory user (heap buffers registered with register_memory).
 # Bandwidth is in GB/s (10^9 bytes/s); ucx_perftest's MB/s (2^20 bytes/s) is
 # converted. With --repeat R each side runs R times and the best run counts.
+# Two ratios: "overall" (bytes / wall time of the timed loop, what both tools
+# print) and "p50" (block / median time of one request: perftest's 50%ile
+# latency vs xfer-bench's median prepare+post+completion), which is robust
+# to the process being descheduled on a loaded machine.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 transport=shm
@@ -26,7 +30,7 @@ while (($#)); do
     --iterations) iterations="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "xfer_vs_perftest.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -60,49 +64,53 @@ iterations_for() {  # same rule as xfer-bench's automatic count: ~1 GiB, 20..200
 }
 
 port=$((20000 + RANDOM % 20000))
-perftest_gbps() {  # size_bytes iterations -> GB/s (overall)
+perftest_gbps() {  # size_bytes iterations -> "GB/s_overall GB/s_at_p50" 
   local size="$1" n="$2" server_pid line
   port=$((port + 1))
   ucx_perftest -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" >/dev/null 2>&1 &
   server_pid=$!
   for _ in $(seq 50); do
     line=$(timeout 120 ucx_perftest 127.0.0.1 -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" 2>/dev/null \
-      | awk '/^Final:/ {print $7}') && [[ -n "$line" ]] && break
+      | awk '/^Final:/ {print $7, $3}') && [[ -n "$line" ]] && break
     sleep 0.1
   done
   wait "$server_pid" 2>/dev/null || true
-  awk -v mbs="${line:-0}" 'BEGIN {printf "%.3f", mbs * 1048576 / 1e9}'
+  read -r mbs p50 <<<"${line:-0 0}"
+  awk -v mbs="$mbs" -v p50="$p50" -v size="$size" \
+    'BEGIN {printf "%.3f %.3f", mbs * 1048576 / 1e9, (p50 > 0 ? size / (p50 * 1e3) : 0)}'
 }
 
-eplb_row() {  # size_text iterations memory -> "gbps latency_us prepare_us post_us"
+eplb_row() {  # size_text iterations memory -> "gbps latency_us prepare_us post_us gbps_at_p50"
   "$eplb" xfer-bench --op read --transport "$transport" --memory "$3" --block-sizes "$1" --iterations "$2" --warmup 5 --json \
-    | python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.2f %.2f %.2f" % (r["gigabytes_per_second"], r["average_latency_us"], r["prepare_us"], r["post_us"]))'
+    | python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.2f %.2f %.2f %.3f" % (r["gigabytes_per_second"], r["average_latency_us"], r["prepare_us"], r["post_us"], r["block_bytes"] / (r["median_latency_us"] * 1e3)))'
 }
 
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
 
 echo "# eplb xfer-bench READ vs ucx_perftest -t ucp_get, transport $transport (UCX_TLS=$UCX_TLS), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-8s %6s %10s %10s %7s %10s %10s %7s %12s\n' block iters "perftest" "eplb ucx" ratio "eplb lat" "eplb user" ratio "user p+p us"
-printf '%-8s %6s %10s %10s %7s %10s %10s %7s %12s\n' "" "" "GB/s" "GB/s" "" "us" "GB/s" "" ""
+printf '%-6s %5s | %9s %9s %6s | %9s %9s %6s | %9s %6s %9s | %8s\n' block iters "perftest" "eplb ucx" ratio \
+  "perftest" "eplb ucx" ratio "eplb user" ratio "user p50" "user p+p"
+printf '%-6s %5s | %9s %9s %6s | %9s %9s %6s | %9s %6s %9s | %8s\n' "" "" "GB/s" "GB/s" overall \
+  "p50 GB/s" "p50 GB/s" p50 "GB/s" overall "GB/s" "us"
 for size_text in $sizes; do
   size=$(bytes_of "$size_text")
   n=$(iterations_for "$size")
-  perftest_runs=() ucx_runs=() user_runs=() ucx_line="" user_line=""
+  perftest_runs=() perftest_p50_runs=() ucx_runs=() ucx_p50_runs=() user_runs=() user_line=""
   for _ in $(seq "$repeat"); do
-    perftest_runs+=("$(perftest_gbps "$size" "$n")")
-    line=$(eplb_row "$size_text" "$n" ucx)
-    ucx_runs+=("${line%% *}")
-    if [[ -z "$ucx_line" || "${line%% *}" == "$(best "${ucx_runs[@]}")" ]]; then ucx_line="$line"; fi
+    read -r overall p50 <<<"$(perftest_gbps "$size" "$n")"
+    perftest_runs+=("$overall"); perftest_p50_runs+=("$p50")
+    read -r gbps _ _ _ p50 <<<"$(eplb_row "$size_text" "$n" ucx)"
+    ucx_runs+=("$gbps"); ucx_p50_runs+=("$p50")
     line=$(eplb_row "$size_text" "$n" user)
     user_runs+=("${line%% *}")
     if [[ -z "$user_line" || "${line%% *}" == "$(best "${user_runs[@]}")" ]]; then user_line="$line"; fi
   done
-  perftest=$(best "${perftest_runs[@]}")
-  read -r gbps latency _ _ <<<"$ucx_line"
-  read -r user_gbps _ user_prepare user_post <<<"$user_line"
-  ratio=$(awk -v a="$gbps" -v b="$perftest" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}')
-  user_ratio=$(awk -v a="$user_gbps" -v b="$perftest" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}')
+  perftest=$(best "${perftest_runs[@]}"); perftest_p50=$(best "${perftest_p50_runs[@]}")
+  ucx=$(best "${ucx_runs[@]}"); ucx_p50=$(best "${ucx_p50_runs[@]}")
+  read -r user_gbps _ user_prepare user_post user_p50 <<<"$user_line"
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
   overhead=$(awk -v a="$user_prepare" -v b="$user_post" 'BEGIN {printf "%.2f", a + b}')
-  printf '%-8s %6d %10s %10s %7s %10s %10s %7s %12s\n' "$size_text" "$n" "$perftest" "$gbps" "$ratio" "$latency" \
-    "$user_gbps" "$user_ratio" "$overhead"
+  printf '%-6s %5d | %9s %9s %6s | %9s %9s %6s | %9s %6s %9s | %8s\n' "$size_text" "$n" \
+    "$perftest" "$ucx" "$(ratio "$ucx" "$perftest")" "$perftest_p50" "$ucx_p50" "$(ratio "$ucx_p50" "$perftest_p50")" \
+    "$user_gbps" "$(ratio "$user_gbps" "$perftest")" "$user_p50" "$overhead"
 done

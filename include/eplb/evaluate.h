@@ -14,9 +14,11 @@
 //                rebalance on that same next window;
 //   slots_moved  slots whose expert changed (all layers), bytes_moved the
 //                same times bytes_per_expert;
-//   seconds      wall time of the policy call (the only non-deterministic
-//                field).
-// Everything except `seconds` is a pure function of the inputs.
+//   seconds      wall time of the policy call, cpu_seconds the process CPU
+//                time it used (all threads; on a machine shared with other
+//                work the CPU time is the fairer number). The only
+//                non-deterministic fields.
+// Everything except the times is a pure function of the inputs.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,7 @@ struct WindowResult {
   int64_t slots_moved = 0;
   double bytes_moved = 0;
   double seconds = 0;
+  double cpu_seconds = 0;
 };
 
 struct PolicyEvaluation {
@@ -63,6 +66,7 @@ struct PolicyEvaluation {
   double mean_bytes_moved() const;
   double max_bytes_moved() const;
   double median_seconds() const;
+  double median_cpu_seconds() const;
 };
 
 Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology& topology, const std::string& policy,

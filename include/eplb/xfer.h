@@ -28,8 +28,10 @@
 // - No blocking call without a Deadline.
 //
 // Thread safety: an Agent is used by one thread at a time (calls must not
-// overlap). With AgentConfig::progress_thread the backend also progresses
-// on its own thread; the API stays single-caller.
+// overlap); different agents may be used from different threads. Progress
+// is driven by status(), wait(), progress() and the notification calls;
+// AgentConfig::progress_thread is not implemented yet and Agent::create
+// rejects it with Unsupported.
 #pragma once
 
 #include <cstddef>

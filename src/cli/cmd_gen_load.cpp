@@ -75,9 +75,9 @@ void add_gen_load(CLI::App& app) {
       ->check(CLI::IsMember({"deepseek-v3", "qwen3-235b", "mixtral-8x7b", "tiny"}))
       ->capture_default_str();
   command->add_option("--layers", args->layers, "Number of MoE layers L (overrides the preset)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   command->add_option("--experts", args->experts, "Number of logical experts E per layer (overrides the preset)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 20));
   command->add_option("--dist", args->distribution,
                       "Expert popularity: zipf (k-th most popular expert weighs 1/k^skew) or lognormal\n"
                       "(weights exp(skew * z), z standard normal)")
@@ -97,7 +97,7 @@ void add_gen_load(CLI::App& app) {
   command->add_option("--tokens", args->tokens,
                       "Tokens routed per layer per step, counting every top-k choice; default 32768\n"
                       "(4096 tokens x top-8)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1.0, 1e15));
   command->add_option("--seed", args->seed, "Random seed; the same seed gives the same file")->capture_default_str();
   command->add_option("--out", args->out, "Output file: .npy (float64), .csv (2-D only) or .json")->required();
   command->callback([args] { set_command_result(run_gen_load(*args)); });

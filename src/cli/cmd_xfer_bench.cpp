@@ -278,6 +278,7 @@ struct Row {
   int iterations = 0;
   double gigabytes_per_second = 0;
   double average_latency_us = 0;
+  double median_latency_us = 0;  // p50 of prepare + post + completion
   double prepare_us = 0, prepare_p99_us = 0;
   double post_us = 0, post_p99_us = 0;
   double completion_us = 0, completion_p99_us = 0;
@@ -302,6 +303,12 @@ double average(const std::vector<double>& values) {
   double sum = 0;
   for (double value : values) sum += value;
   return values.empty() ? 0 : sum / static_cast<double>(values.size());
+}
+
+double percentile50(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
 }
 
 double percentile99(std::vector<double> values) {
@@ -341,7 +348,7 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
     else fill_pattern(local, bytes_per_request, block);
   }
 
-  std::vector<double> prepare, post, completion;
+  std::vector<double> prepare, post, completion, whole;
   const int total = options.warmup + row.iterations;
   Stopwatch timed_loop;
   for (int iteration = 0; iteration < total; ++iteration) {
@@ -350,6 +357,7 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
       prepare.clear();
       post.clear();
       completion.clear();
+      whole.clear();
     }
     const Stopwatch step;
     auto request = agent.make_request(op, local_list, {}, remote_list, {});
@@ -381,10 +389,12 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
     prepare.push_back(prepared * 1e6);
     post.push_back((post_done - prepared) * 1e6);
     completion.push_back((finished - post_done) * 1e6);
+    whole.push_back(finished * 1e6);
   }
   const double seconds = timed_loop.seconds();
   row.gigabytes_per_second = static_cast<double>(bytes_per_request) * row.iterations / seconds / 1e9;
   row.average_latency_us = seconds / row.iterations * 1e6;
+  row.median_latency_us = percentile50(whole);
   row.prepare_us = average(prepare);
   row.prepare_p99_us = percentile99(prepare);
   row.post_us = average(post);
@@ -434,15 +444,17 @@ void print_table(const std::vector<Row>& rows, const BenchOptions& options) {
   std::printf("# eplb xfer-bench: %s, backend %s, memory %s, transport %s (UCX_TLS=%s)\n", options.op.c_str(),
               options.backend.c_str(), options.memory.c_str(), options.transport.c_str(),
               std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "default");
-  std::printf("%-10s %6s %7s %9s %12s %21s %21s %21s %6s %12s\n", "block", "batch", "iters", "GB/s", "avg lat us",
+  std::printf("%-10s %6s %7s %9s %12s %12s %21s %21s %21s %6s %12s\n", "block", "batch", "iters", "GB/s",
+              "avg lat us", "p50 lat us",
               "prepare us avg/p99", "post us avg/p99", "completion us avg/p99", "check", "memcpy GB/s");
   for (const Row& row : rows) {
     char prepare[32], post[32], completion[32];
     std::snprintf(prepare, sizeof(prepare), "%.2f/%.2f", row.prepare_us, row.prepare_p99_us);
     std::snprintf(post, sizeof(post), "%.2f/%.2f", row.post_us, row.post_p99_us);
     std::snprintf(completion, sizeof(completion), "%.1f/%.1f", row.completion_us, row.completion_p99_us);
-    std::printf("%-10s %6d %7d %9.3f %12.2f %21s %21s %21s %6s %12.3f\n", size_label(row.block).c_str(), row.batch,
-                row.iterations, row.gigabytes_per_second, row.average_latency_us, prepare, post, completion,
+    std::printf("%-10s %6d %7d %9.3f %12.2f %12.2f %21s %21s %21s %6s %12.3f\n", size_label(row.block).c_str(),
+                row.batch, row.iterations, row.gigabytes_per_second, row.average_latency_us, row.median_latency_us,
+                prepare, post, completion,
                 row.check.c_str(), row.memcpy_gigabytes_per_second);
   }
 }
@@ -458,6 +470,7 @@ void print_json(const std::vector<Row>& rows, const BenchOptions& options) {
                    {"iterations", row.iterations},
                    {"gigabytes_per_second", row.gigabytes_per_second},
                    {"average_latency_us", row.average_latency_us},
+                   {"median_latency_us", row.median_latency_us},
                    {"prepare_us", row.prepare_us},
                    {"prepare_p99_us", row.prepare_p99_us},
                    {"post_us", row.post_us},

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <queue>
 
 #include "eplb/common.h"
@@ -39,17 +40,24 @@ struct Heavier {
 // Adds `extra` replicas, each to the largest load/count among experts whose
 // load/count is <= limit (all experts once none is left).
 void fill_replicas(std::span<const double> load, std::vector<int>& count, int extra, double limit) {
+  if (extra <= 0) return;
   Heavier order{load, count};
-  std::priority_queue<int, std::vector<int>, Heavier> eligible(order), rest(order);
+  std::vector<int> eligible, rest;
+  eligible.reserve(load.size());
   for (int e = 0; e < int(load.size()); ++e)
-    (load[size_t(e)] / count[size_t(e)] <= limit ? eligible : rest).push(e);
+    (load[size_t(e)] / count[size_t(e)] <= limit ? eligible : rest).push_back(e);
+  std::make_heap(eligible.begin(), eligible.end(), order);
+  bool rest_ready = false;
   while (extra > 0) {
-    auto& queue = eligible.empty() ? rest : eligible;
-    int e = queue.top();
-    queue.pop();
-    ++count[size_t(e)];
+    if (eligible.empty() && !rest_ready) {
+      std::make_heap(rest.begin(), rest.end(), order);
+      rest_ready = true;
+    }
+    auto& heap = eligible.empty() ? rest : eligible;
+    std::pop_heap(heap.begin(), heap.end(), order);
+    ++count[size_t(heap.back())];
     --extra;
-    queue.push(e);
+    std::push_heap(heap.begin(), heap.end(), order);
   }
 }
 
@@ -64,42 +72,54 @@ std::vector<int> greedy_replica_counts(std::span<const double> load, int num_slo
 std::vector<int32_t> pack_replicas(std::span<const double> load, std::span<const int> count, const Topology& topology,
                                    bool anti_affinity) {
   const int per_rank = topology.slots_per_rank(), ranks = topology.num_ranks;
-  std::vector<int> items;  // experts, one entry per replica
-  items.reserve(size_t(topology.num_slots));
-  for (int e = 0; e < int(count.size()); ++e)
-    for (int k = 0; k < count[size_t(e)]; ++k) items.push_back(e);
-  std::stable_sort(items.begin(), items.end(), [&](int a, int b) {
-    double wa = load[size_t(a)] / count[size_t(a)], wb = load[size_t(b)] / count[size_t(b)];
-    return wa != wb ? wa > wb : a < b;
+  const int experts = int(count.size());
+  std::vector<double> weight(static_cast<size_t>(experts));
+  std::vector<int> order(static_cast<size_t>(experts));
+  for (int e = 0; e < experts; ++e) weight[size_t(e)] = load[size_t(e)] / count[size_t(e)];
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return weight[size_t(a)] != weight[size_t(b)] ? weight[size_t(a)] > weight[size_t(b)] : a < b;
   });
   using Entry = std::pair<double, int>;  // (rank load, rank): lightest, then lowest rank first
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> open;
-  for (int r = 0; r < ranks; ++r) open.push({0.0, r});
+  std::vector<Entry> open;  // a binary min-heap
+  open.reserve(size_t(ranks));
+  for (int r = 0; r < ranks; ++r) open.push_back({0.0, r});
   std::vector<int> filled(size_t(ranks), 0);
   std::vector<int32_t> phy2log(size_t(topology.num_slots), -1);
   std::vector<Entry> skipped;
-  for (int e : items) {
-    skipped.clear();
-    while (!open.empty() && anti_affinity) {
-      int r = open.top().second;
-      bool holds = false;
-      for (int i = 0; i < filled[size_t(r)]; ++i) holds |= phy2log[size_t(r) * per_rank + i] == e;
-      if (!holds) break;
-      skipped.push_back(open.top());
-      open.pop();
+  for (int e : order) {
+    for (int k = 0; k < count[size_t(e)]; ++k) {
+      skipped.clear();
+      while (!open.empty() && anti_affinity) {
+        const int r = open.front().second;
+        bool holds = false;
+        for (int i = 0; i < filled[size_t(r)]; ++i) holds |= phy2log[size_t(r) * per_rank + i] == e;
+        if (!holds) break;
+        skipped.push_back(open.front());
+        std::pop_heap(open.begin(), open.end(), std::greater<Entry>());
+        open.pop_back();
+      }
+      if (open.empty()) return {};
+      std::pop_heap(open.begin(), open.end(), std::greater<Entry>());
+      auto [rank_load, r] = open.back();
+      open.pop_back();
+      phy2log[size_t(r) * per_rank + filled[size_t(r)]++] = e;
+      if (filled[size_t(r)] < per_rank) {
+        open.push_back({rank_load + weight[size_t(e)], r});
+        std::push_heap(open.begin(), open.end(), std::greater<Entry>());
+      }
+      for (const Entry& entry : skipped) {
+        open.push_back(entry);
+        std::push_heap(open.begin(), open.end(), std::greater<Entry>());
+      }
     }
-    if (open.empty()) return {};
-    auto [rank_load, r] = open.top();
-    open.pop();
-    phy2log[size_t(r) * per_rank + filled[size_t(r)]++] = e;
-    if (filled[size_t(r)] < per_rank) open.push({rank_load + load[size_t(e)] / count[size_t(e)], r});
-    for (const Entry& entry : skipped) open.push(entry);
   }
   return phy2log;
 }
 
 std::vector<int32_t> balance_layer(std::span<const double> load, const Topology& topology,
-                                   std::span<const int32_t> start, bool anti_affinity) {
+                                   std::span<const int32_t> start, bool anti_affinity,
+                                   const BalanceSettings& settings) {
   const int experts = int(load.size()), slots = topology.num_slots;
   std::vector<int32_t> start_layer(start.begin(), start.end());
   const double start_max = layer_max_load(start_layer, load, topology);
@@ -107,27 +127,33 @@ std::vector<int32_t> balance_layer(std::span<const double> load, const Topology&
 
   // (1)+(2): candidate count vectors and their packings.
   std::vector<int> greedy = greedy_replica_counts(load, slots);
-  double cap0 = 0;
-  for (int e = 0; e < experts; ++e) cap0 = std::max(cap0, load[size_t(e)] / greedy[size_t(e)]);
+  double cap0 = 0, total_load = 0;
+  for (int e = 0; e < experts; ++e) {
+    cap0 = std::max(cap0, load[size_t(e)] / greedy[size_t(e)]);
+    total_load += load[size_t(e)];
+  }
+  // Other replica counts only pay off when single replicas are large next
+  // to a rank's share of the load; otherwise the greedy counts alone.
+  const bool search_counts = cap0 >= settings.count_search_ratio * total_load / topology.num_ranks;
+  const int caps = search_counts ? settings.caps : 1;
+  const std::vector<double> greedy_only{1.0};
+  const std::vector<double>& fractions = search_counts ? settings.filler_fractions : greedy_only;
   struct Packed {
     double max_load;
     std::vector<int32_t> phy2log;
   };
   std::vector<Packed> packed;
   std::vector<std::vector<int>> seen;
-  constexpr int kCaps = 8;
-  constexpr double kCapStep = 0.1;
-  constexpr double kFillerFractions[] = {1.0, 0.75, 0.5};
-  for (int k = 0; k < kCaps; ++k) {
-    const double cap = cap0 * (1.0 + kCapStep * k);
-    std::vector<int> base(static_cast<size_t>(experts));
+  std::vector<int> base(static_cast<size_t>(experts));
+  for (int k = 0; k < caps; ++k) {
+    const double cap = cap0 * (1.0 + settings.cap_step * k);
     int total = 0;
     for (int e = 0; e < experts; ++e) {
       base[size_t(e)] = std::max(1, int(std::ceil(load[size_t(e)] / cap - 1e-9)));
       total += base[size_t(e)];
     }
     if (total > slots) continue;
-    for (double fraction : kFillerFractions) {
+    for (double fraction : fractions) {
       std::vector<int> count = base;
       fill_replicas(load, count, slots - total, fraction * cap);
       if (std::find(seen.begin(), seen.end(), count) != seen.end()) continue;
@@ -142,26 +168,27 @@ std::vector<int32_t> balance_layer(std::span<const double> load, const Topology&
 
   // (3): refine deepseek's start and the best packings.
   SearchLimits limits;
-  limits.max_iterations = 48;
+  limits.max_iterations = settings.iterations;
   limits.accept_plateau = true;
   limits.anti_affinity = anti_affinity;
-  limits.swap_partner_ranks = 8;
-  limits.cold_candidates = 4;
-  limits.donor_candidates = 8;
-  constexpr size_t kRefined = 2;
+  limits.swap_partner_ranks = settings.swap_partner_ranks;
+  limits.cold_candidates = settings.cold_candidates;
+  limits.donor_candidates = settings.donor_candidates;
+  limits.allow_retarget = settings.allow_retarget;
   std::vector<int32_t> best = start_layer;
   double best_max = start_max;
   auto refine = [&](std::span<const int32_t> from) {
     LayerSearch search(load, topology, from);
     search.improve(limits);
-    double max = layer_max_load(search.phy2log(), load, topology);
+    double max = search.max_load();
     if (max < best_max) {
       best_max = max;
       best = search.phy2log();
     }
   };
-  refine(start_layer);
-  for (size_t i = 0; i < std::min(kRefined, packed.size()); ++i) refine(packed[i].phy2log);
+  if (settings.refine_start) refine(start_layer);
+  for (size_t i = 0; i < std::min(size_t(std::max(settings.refined, 0)), packed.size()); ++i)
+    refine(packed[i].phy2log);
   // Never worse than the start, compared exactly as the metrics do.
   if (layer_balancedness(best, load, topology) <= layer_balancedness(start_layer, load, topology)) return start_layer;
   return best;
@@ -186,7 +213,7 @@ class BalancedPolicy final : public Policy {
     std::vector<int32_t> phy2log(size_t(topology.num_layers) * slots);
     parallel_for(size_t(topology.num_layers), options.threads, [&](size_t l) {
       std::vector<int32_t> layer = balance_layer(load.layer(int(l)), topology, start.layer_phy2log(int(l)),
-                                                 options.anti_affinity);
+                                                 options.anti_affinity, BalanceSettings{});
       std::copy(layer.begin(), layer.end(), phy2log.begin() + l * slots);
     });
     apply_hysteresis(phy2log, current, load, topology, options.min_gain, options.anti_affinity);

@@ -21,10 +21,28 @@ std::vector<int> greedy_replica_counts(std::span<const double> load, int num_slo
 std::vector<int32_t> pack_replicas(std::span<const double> load, std::span<const int> count, const Topology& topology,
                                    bool anti_affinity);
 
+// How hard `balanced` searches (all bounded by counts, never by a clock).
+struct BalanceSettings {
+  // Replica counts other than greedy's are tried only when the greedy
+  // largest per-replica load is >= this x the mean rank load.
+  double count_search_ratio = 0.4;
+  int caps = 5;                      // per-replica caps tried: cap0 * (1 + cap_step * k), k < caps
+  double cap_step = 0.15;
+  std::vector<double> filler_fractions{1.0, 0.75};
+  bool refine_start = false;         // local search from deepseek's placement too
+  int refined = 1;                   // best packings refined by local search
+  int iterations = 32;               // moves per local search
+  int swap_partner_ranks = 4;
+  int cold_candidates = 0;
+  int donor_candidates = 0;
+  bool allow_retarget = false;       // local search may change replica counts (else swaps only)
+};
+
 // One layer of `balanced`, starting from `start` (deepseek's layer, already
 // anti-affinity-clean when asked). Never worse than `start` on `load`: if
 // the search does not beat it strictly, returns `start`.
 std::vector<int32_t> balance_layer(std::span<const double> load, const Topology& topology,
-                                   std::span<const int32_t> start, bool anti_affinity);
+                                   std::span<const int32_t> start, bool anti_affinity,
+                                   const BalanceSettings& settings);
 
 }  // namespace eplb::policies

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 
 #include "eplb/common.h"
 
@@ -52,13 +53,23 @@ double PolicyEvaluation::max_bytes_moved() const {
   for (const auto& w : windows) max = std::max(max, w.bytes_moved);
   return max;
 }
-double PolicyEvaluation::median_seconds() const {
+namespace {
+template <typename Field>
+double median_of(const std::vector<WindowResult>& windows, Field field) {
   if (windows.empty()) return 0;
-  std::vector<double> seconds;
-  for (const auto& w : windows) seconds.push_back(w.seconds);
-  std::sort(seconds.begin(), seconds.end());
-  size_t n = seconds.size();
-  return n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+  std::vector<double> values;
+  for (const auto& w : windows) values.push_back(field(w));
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+}  // namespace
+
+double PolicyEvaluation::median_seconds() const {
+  return median_of(windows, [](const WindowResult& w) { return w.seconds; });
+}
+double PolicyEvaluation::median_cpu_seconds() const {
+  return median_of(windows, [](const WindowResult& w) { return w.cpu_seconds; });
 }
 
 Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology& topology, const std::string& policy,
@@ -88,13 +99,16 @@ Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology&
     EPLB_ASSIGN_OR_RETURN(LoadMatrix estimate, estimate_load(trace, first, boundary - first, options.estimator));
     LoadMatrix next = window_sum(trace, boundary, window);
     Stopwatch timer;
+    const std::clock_t cpu_start = std::clock();
     auto placed = planner->place(estimate, topology, current, options.policy);
+    const double cpu_seconds = double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
     double seconds = timer.seconds();
     if (!placed)
       return placed.status().with_context("policy " + policy + " at step " + std::to_string(boundary));
     WindowResult row;
     row.boundary = boundary;
     row.seconds = seconds;
+    row.cpu_seconds = cpu_seconds;
     row.in_sample = balancedness(*placed, estimate, topology).mean_balancedness;
     row.next_window = balancedness(*placed, next, topology).mean_balancedness;
     row.stale_next = balancedness(current, next, topology).mean_balancedness;

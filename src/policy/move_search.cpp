@@ -115,8 +115,8 @@ bool LayerSearch::acceptable(double gain, double square_gain, const SearchLimits
   return limits.accept_plateau && gain >= 0 && square_gain > eps * current_max_;
 }
 
-void LayerSearch::consider(Candidate& best, Candidate candidate, double gain, double square_gain,
-                           int budget_left) const {
+inline void LayerSearch::consider(Candidate& best, Candidate candidate, double gain, double square_gain,
+                                  int budget_left) const {
   if (candidate.cost > budget_left) return;
   const double eps = 1e-9 * current_max_;
   const double per_slot = candidate.cost > 0 ? double(candidate.cost) : 0.5;
@@ -131,6 +131,7 @@ void LayerSearch::scan_swaps(Candidate& best, int partners, int budget_left, con
   const int heavy = order_[0];
   const double heavy_load = rank_load_[size_t(heavy)], heavy_square = rank_square_[size_t(heavy)];
   const double heavy_score = rank_score_[size_t(heavy)];
+  const double gain_floor = std::max(1e-9 * current_max_, limits.min_relative_gain * current_max_);
   for (int p = 0; p < partners; ++p) {
     const int light = order_[size_t(ranks_ - 1 - p)];
     if (light == heavy) continue;
@@ -138,6 +139,7 @@ void LayerSearch::scan_swaps(Candidate& best, int partners, int budget_left, con
     const double light_score = rank_score_[size_t(light)];
     const int pair[2] = {heavy, light};
     const double rest = heaviest_other(pair, 2);
+    if (!limits.accept_plateau && current_max_ - rest <= gain_floor) continue;  // another rank is as high
     for (int i = 0; i < per_rank_; ++i) {
       const int a = heavy * per_rank_ + i;
       const double wa = slot_weight_[size_t(a)];
@@ -147,6 +149,7 @@ void LayerSearch::scan_swaps(Candidate& best, int partners, int budget_left, con
         if (wa <= wb) continue;  // must lighten the heavy rank (also skips equal experts)
         const double delta = wa - wb, delta_square = wa * wa - wb * wb;
         const double sa = score(heavy_load - delta, heavy_square - delta_square);
+        if (limits.accept_plateau ? sa > current_max_ : current_max_ - sa <= gain_floor) continue;
         const double sb = score(light_load + delta, light_square + delta_square);
         const double gain = current_max_ - std::max(std::max(sa, sb), rest);
         const double square_gain = heavy_score * heavy_score + light_score * light_score - sa * sa - sb * sb;
@@ -220,17 +223,33 @@ void LayerSearch::scan_new_replicas(Candidate& best, const std::vector<int>& hot
     d.rank_square_after = rank_square_[size_t(d.rank)] - c_old * c_old;
     d.ranks[d.num_ranks++] = d.rank;
     d.simple = true;
-    for (int t = head_[size_t(d.expert)]; t >= 0; t = next_replica_[size_t(t)]) {
+    // Sibling replicas: merged per rank (a sibling on s's own rank folds
+    // into rank_*_after).
+    double sibling_load[8] = {}, sibling_square[8] = {};
+    for (int t = head_[size_t(d.expert)]; t >= 0 && d.simple; t = next_replica_[size_t(t)]) {
       if (t == s) continue;
       const int r = rank_of_[size_t(t)];
-      if (d.num_ranks == 8 || std::find(d.ranks, d.ranks + d.num_ranks, r) != d.ranks + d.num_ranks) {
-        d.simple = false;
-        break;
+      if (r == d.rank) {
+        d.rank_load_after += c_new - c_old;
+        d.rank_square_after += c_new * c_new - c_old * c_old;
+        continue;
       }
-      d.ranks[d.num_ranks++] = r;
-      const double before = rank_score_[size_t(r)];
-      const double after =
-          score(rank_load_[size_t(r)] + c_new - c_old, rank_square_[size_t(r)] + c_new * c_new - c_old * c_old);
+      int i = 1;
+      while (i < d.num_ranks && d.ranks[i] != r) ++i;
+      if (i == d.num_ranks) {
+        if (d.num_ranks == 8) {
+          d.simple = false;
+          break;
+        }
+        d.ranks[d.num_ranks++] = r;
+      }
+      sibling_load[i] += c_new - c_old;
+      sibling_square[i] += c_new * c_new - c_old * c_old;
+    }
+    for (int i = 1; i < d.num_ranks; ++i) {
+      const size_t r = size_t(d.ranks[i]);
+      const double before = rank_score_[r];
+      const double after = score(rank_load_[r] + sibling_load[i], rank_square_[r] + sibling_square[i]);
       d.sibling_peak = std::max(d.sibling_peak, after);
       d.sibling_square += before * before - after * after;
     }
@@ -329,7 +348,8 @@ int LayerSearch::improve(const SearchLimits& limits) {
   int moves = 0;
   std::vector<int> cold, donors, hot;
   std::vector<double> cold_key, donor_score(static_cast<size_t>(slots_));
-  bool counts_changed = true;
+  bool counts_changed = true, redundant_changed = true;
+  std::vector<int> redundant;
   refresh();
   for (int iteration = 0; iteration < limits.max_iterations; ++iteration) {
     if (current_max_ <= 0) break;
@@ -360,9 +380,14 @@ int LayerSearch::improve(const SearchLimits& limits) {
       // New replicas of the top rank's experts, in the best donor slots:
       // replicas of experts with >= 2 replicas, ranked by the larger of their
       // rank's score without them and the scores their siblings would reach.
+      if (redundant_changed) {  // experts with >= 2 replicas change only with the counts
+        redundant.clear();
+        for (int c = 0; c < experts_; ++c)
+          if (count_[size_t(c)] >= 2) redundant.push_back(c);
+        redundant_changed = false;
+      }
       donors.clear();
-      for (int c = 0; c < experts_; ++c) {
-        if (count_[size_t(c)] < 2) continue;
+      for (int c : redundant) {
         const double c_old = expert_weight_[size_t(c)], c_new = load_[size_t(c)] / (count_[size_t(c)] - 1);
         double sibling_peak[2] = {0, 0};  // the two largest sibling scores after
         int peak_slot = -1;
@@ -399,6 +424,7 @@ int LayerSearch::improve(const SearchLimits& limits) {
     }
     if (best.kind == 0) break;
     counts_changed |= best.kind == 2;
+    redundant_changed |= best.kind == 2;
     apply(best);
     ++moves;
   }

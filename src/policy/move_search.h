@@ -42,9 +42,9 @@ struct SearchLimits {
   bool anti_affinity = false;        // never two replicas of one expert on one rank
   bool allow_retarget = true;        // change replica counts (else swaps only)
   double noise_weight = 0.0;         // weight of sqrt(Q_r) in the rank score
-  int swap_partner_ranks = 4;        // lowest-scoring ranks tried as swap partners of M
-  int cold_candidates = 2;           // coldest experts tried as retarget targets of M's slots
-  int donor_candidates = 8;          // donor slots tried for a new replica of an expert on M
+  int swap_partner_ranks = 2;        // lowest-scoring ranks tried as swap partners of M
+  int cold_candidates = 1;           // coldest experts tried as retarget targets of M's slots
+  int donor_candidates = 6;          // donor slots tried for a new replica of an expert on M
 };
 
 class LayerSearch {

@@ -1,6 +1,7 @@
 // Synthetic expert bytes: deterministic, offset-consistent, distinct per tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -37,13 +38,13 @@ TEST(ExpertBytes, AnySliceEqualsTheSameBytesOfABigFill) {
     if (trial % 3 == 0) length = (state >> 40) % 3000;
     length = std::min(length, size - offset);
     std::vector<uint8_t> part = fill(5, 9, 1, offset, length);
-    ASSERT_EQ(0, std::memcmp(part.data(), whole.data() + offset, length)) << offset << " +" << length;
+    ASSERT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + std::ptrdiff_t(offset))) << offset << " +" << length;
   }
   // Every (offset mod 8, length mod 8) combination around a word boundary.
   for (size_t offset = 1000; offset < 1016; ++offset)
     for (size_t length = 0; length < 24; ++length) {
       std::vector<uint8_t> part = fill(5, 9, 1, offset, length);
-      ASSERT_EQ(0, std::memcmp(part.data(), whole.data() + offset, length)) << offset << " +" << length;
+      ASSERT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + std::ptrdiff_t(offset))) << offset << " +" << length;
     }
   // Offsets far beyond 32 bits work the same way.
   uint64_t far = (uint64_t(1) << 40) + 3;

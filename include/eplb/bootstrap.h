@@ -71,8 +71,9 @@ bool launched_by_mpirun();
 // after the first failing rank, SIGKILLs the survivors. SIGINT/SIGTERM
 // received meanwhile are forwarded to the ranks (Canceled).
 // Returns the first non-zero exit as a Status naming the rank (of ranks
-// found dead at the same moment, a signalled rank before one that exited
-// with an error, before one that reported a timeout or a lost peer); its code
+// found dead within 0.5 s of the first, a signalled rank before one that
+// exited with an error, before one that reported a timeout or a lost peer,
+// since those usually report another rank's failure); its code
 // follows the eplb CLI exit codes (4 -> Timeout, 5 or a signal ->
 // RemoteDisconnect, 2 -> InvalidArgument, 3 -> ParseError, else Aborted).
 // `outcome`, when given, receives the exit codes whether or not it failed.

@@ -26,6 +26,7 @@ namespace eplb {
 namespace {
 
 std::atomic<int> g_received_signal{0};
+constexpr double kCauseWindowSeconds = 0.5;
 
 extern "C" void remember_signal(int signal_number) { g_received_signal.store(signal_number); }
 
@@ -234,19 +235,27 @@ Result<LaunchResult> launch_local_ranks(int size, const std::vector<std::string>
       result.exit_codes[r] = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
       if (result.exit_codes[r] != 0) newly_failed.push_back(r);
     }
-    if (!newly_failed.empty() && first_failed < 0 && !killed_survivors && forwarded_signal == 0) {
-      // Ranks found dead in the same pass: the likely cause first (a signal, then an
-      // error of its own, then a timeout or lost peer, which usually report another rank).
+    if (!newly_failed.empty() && !killed_survivors && forwarded_signal == 0) {
+      // The likely cause first: a signal, then an error of its own, then a timeout
+      // or a lost peer (which usually report another rank). Ranks reaped within
+      // kCauseWindowSeconds of the first failure compete: a dying rank can close
+      // its sockets, and the peers that notice can exit, before it is reapable.
       auto cause_rank = [&](int r) {
         int code = result.exit_codes[r];
         return WIFSIGNALED(statuses[r]) ? 0 : code == 4 ? 2 : code == 5 ? 3 : 1;
       };
-      first_failed = *std::min_element(newly_failed.begin(), newly_failed.end(), [&](int a, int b) {
+      int best = *std::min_element(newly_failed.begin(), newly_failed.end(), [&](int a, int b) {
         return std::make_pair(cause_rank(a), a) < std::make_pair(cause_rank(b), b);
       });
-      first_failed_at = elapsed.seconds();
-      kill_at = std::min(deadline.at(),
-                         Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(grace_seconds * 1e9)));
+      if (first_failed < 0) {
+        first_failed = best;
+        first_failed_at = elapsed.seconds();
+        kill_at = std::min(deadline.at(),
+                           Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(grace_seconds * 1e9)));
+      } else if (elapsed.seconds() - first_failed_at <= kCauseWindowSeconds &&
+                 cause_rank(best) < cause_rank(first_failed)) {
+        first_failed = best;
+      }
     }
     if (live == 0) break;
     if (int signal_number = g_received_signal.exchange(0); signal_number != 0) {

@@ -59,6 +59,14 @@ Status socket_address(const std::string& path, sockaddr_un* address) {
   return Status::ok();
 }
 
+// Larger socket buffers: fewer poll() round trips for megabyte contributions
+// (the kernel caps this at net.core.wmem_max; failure is harmless).
+void enlarge_socket_buffers(int fd) {
+  int bytes = 4 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
 class LocalGroup final : public ProcessGroup {
  public:
   LocalGroup(int rank, int size) : rank_(rank), size_(size), peers_(static_cast<size_t>(size)) {}
@@ -399,6 +407,7 @@ Status LocalGroup::join_as_hub(const std::string& dir, Deadline deadline) {
     while (true) {
       int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) break;
+      enlarge_socket_buffers(fd);
       pending.push_back(std::make_unique<Connection>(fd, -1));
     }
     std::vector<Connection*> watched;
@@ -469,6 +478,7 @@ Status LocalGroup::join_as_member(const std::string& dir, Deadline deadline) {
                                       "); is rank 0 running?");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  enlarge_socket_buffers(fd);
   peers_[0] = std::make_unique<Connection>(fd, 0);
   Connection* hub = peers_[0].get();
   hub->send(std::make_shared<const std::string>(bootstrap::encode_message(

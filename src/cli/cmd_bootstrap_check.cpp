@@ -143,7 +143,7 @@ void add_bootstrap_check(CLI::App& app) {
       "allgather latency. Examples:\n"
       "  eplb bootstrap-check --ranks 4                      (4 local ranks over Unix sockets)\n"
       "  mpirun -np 4 eplb bootstrap-check                   (MPI; also across hosts)\n"
-      "  scripts/netns_mpirun.sh 4 build/eplb bootstrap-check (two emulated hosts)");
+      "  scripts/netns_mpirun.sh -n 4 build/eplb bootstrap-check (two emulated hosts)");
   command
       ->add_option("--bootstrap", options->bootstrap,
                    "auto: mpi when started by mpirun, local when started by an eplb launcher, otherwise launch "

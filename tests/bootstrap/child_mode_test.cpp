@@ -93,6 +93,12 @@ int run_mpi(const std::string& mode) {
   Status status;
   if (mode == "mpi_exercise") {
     status = exercise(g);
+  } else if (mode == "mpi_kill") {  // the last rank dies after a barrier
+    status = g.barrier(Deadline::after_seconds(20));
+    if (status.is_ok()) {
+      if (g.rank() == g.size() - 1) ::raise(SIGKILL);
+      status = g.allgather("x", Deadline::after_seconds(10)).status();
+    }
   } else if (mode == "mpi_timeout") {  // the last rank is late: the others time out naming it
     status = g.barrier(Deadline::after_seconds(20));
     if (status.is_ok()) {
@@ -102,6 +108,10 @@ int run_mpi(const std::string& mode) {
         return 0;
       }
       status = g.allgather("x", Deadline::after_seconds(1)).status();
+      write_verdict(g.rank(), status.to_string());
+      // mpirun stops the job when the first rank exits non-zero: give the
+      // others time to reach their own deadline and write their verdicts.
+      std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   }
   char host[256] = {};

@@ -131,5 +131,20 @@ TEST(Launcher, LaunchedRankKilledIsNamedAndOthersExitPeerLost) {
   EXPECT_LT(watch.seconds(), 9.0);
 }
 
+TEST(BootstrapCheckCli, ThreeLocalRanksAgree) {
+  std::string eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
+  if (::access(eplb.c_str(), X_OK) != 0) GTEST_SKIP() << eplb << " is not built (cmake --build <dir> --target eplb)";
+  std::string out = testing::make_temp_dir();
+  std::string command = "env -u EPLB_RANK -u EPLB_SIZE -u EPLB_BOOTSTRAP_DIR timeout 60 " + eplb +
+                        " bootstrap-check --ranks 3 --rounds 5 > " + out + "/stdout 2>&1";
+  int status = std::system(command.c_str());
+  std::ifstream in(out + "/stdout");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(out);
+  EXPECT_EQ(status, 0) << text;
+  EXPECT_NE(text.find("bootstrap-check: 3 ranks over local"), std::string::npos) << text;
+  EXPECT_NE(text.find("vote: all 3 ranks agree"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace eplb

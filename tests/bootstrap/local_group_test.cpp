@@ -96,7 +96,7 @@ TEST_F(LocalGroupTest, StoppedRankTimesOutNamingIt) {
     Stopwatch wait;
     Status status = group.allgather(std::string(1000, 'x'), Deadline::after_seconds(1.0)).status();
     double seconds = wait.seconds();
-    if (seconds > 1.5) {
+    if (seconds > 3.0) {  // the 1 s deadline plus scheduling slack on a loaded machine
       std::fprintf(stderr, "rank %d: took %.2f s\n", group.rank(), seconds);
       return 3;
     }

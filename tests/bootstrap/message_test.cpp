@@ -1,6 +1,8 @@
 // Bootstrap wire format: round trips and every kind of malformed frame.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "../../src/bootstrap/message.h"
 
 namespace eplb::bootstrap {
@@ -100,6 +102,24 @@ TEST(BootstrapMessage, FrameReaderRejectsGarbageHeader) {
   auto complete = reader.commit(kHeaderBytes);
   ASSERT_FALSE(complete.is_ok());
   EXPECT_EQ(complete.status().code(), Code::ParseError);
+}
+
+// Found while fuzzing (peak RSS): the reader used to allocate the payload a
+// header merely claims. It must grow with the bytes that actually arrive.
+TEST(BootstrapMessage, FrameReaderDoesNotAllocateTheClaimedLength) {
+  std::string header = encode_header({MessageKind::Allgather, 1, 1, kMaxPayloadBytes});
+  FrameReader reader;
+  auto room = reader.want();
+  std::memcpy(room.data(), header.data(), kHeaderBytes);
+  auto complete = reader.commit(kHeaderBytes);
+  ASSERT_TRUE(complete.is_ok()) << complete.status().to_string();
+  EXPECT_FALSE(*complete);
+  room = reader.want();
+  EXPECT_LE(room.size(), kPayloadChunkBytes);
+  EXPECT_GT(room.size(), 0u);
+  // Filling it grows the buffer by at most doubling.
+  ASSERT_TRUE(reader.commit(room.size()).is_ok());
+  EXPECT_LE(reader.want().size(), kPayloadChunkBytes);
 }
 
 TEST(BootstrapMessage, StringListRoundTripAndBounds) {

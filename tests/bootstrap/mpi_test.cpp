@@ -17,13 +17,18 @@ std::string find_mpirun() {
   return "";
 }
 
+// OpenMPI internals trip ThreadSanitizer in TSan builds: narrow suppressions.
+std::string tsan_options() {
+  return "TSAN_OPTIONS=suppressions=" + std::string(EPLB_SOURCE_DIR) + "/tests/bootstrap/tsan_openmpi.supp";
+}
+
 // Runs `mpirun -np 4 <this binary in child mode>`; returns each rank's verdict.
 std::vector<std::string> run_under_mpirun(const std::string& mode, int ranks, Status* launch_status) {
   std::string results = testing::make_temp_dir();
   std::vector<std::string> argv = {find_mpirun(), "--allow-run-as-root", "--oversubscribe", "-np",
                                    std::to_string(ranks), "--mca", "btl", "self,vader,tcp",
                                    "-x", "EPLB_TEST_CHILD_MODE=" + mode, "-x", "EPLB_TEST_RESULT_DIR=" + results,
-                                   "-x", "ASAN_OPTIONS=detect_leaks=0",
+                                   "-x", "ASAN_OPTIONS=detect_leaks=0", "-x", tsan_options(),
                                    std::filesystem::read_symlink("/proc/self/exe").string(),
                                    "--gtest_filter=BootstrapChildMode.Run", "--gtest_brief=1"};
   auto launched = launch_local_ranks(1, argv, Deadline::after_seconds(90), 5);
@@ -53,6 +58,8 @@ TEST(MpiGroup, AcrossTwoNetworkNamespaces) {
   ::setenv("EPLB_TEST_CHILD_MODE", "mpi_exercise", 1);
   ::setenv("EPLB_TEST_RESULT_DIR", results.c_str(), 1);
   ::setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
+  std::string tsan = tsan_options();
+  ::setenv("TSAN_OPTIONS", tsan.substr(tsan.find('=') + 1).c_str(), 0);
   LaunchResult outcome;
   auto launched = launch_local_ranks(
       1,
@@ -84,11 +91,34 @@ TEST(MpiGroup, LateRankTimesOutNamingIt) {
   Status launch;
   auto verdicts = run_under_mpirun("mpi_timeout", 4, &launch);
   EXPECT_FALSE(launch.is_ok());  // the ranks that timed out exit 4
+  // mpirun may stop a rank before it writes its verdict (the job is aborted as
+  // soon as one rank exits non-zero); every verdict written must name rank 3.
+  int reported = 0;
   for (int r = 0; r < 3; ++r) {
+    if (verdicts[r] == "(no verdict)") continue;
+    ++reported;
     EXPECT_NE(verdicts[r].find("timeout: mpi allgather #2: rank 3 has not arrived"), std::string::npos)
         << "rank " << r << ": " << verdicts[r];
   }
+  EXPECT_GE(reported, 1);
   EXPECT_LT(watch.seconds(), 30.0);
+}
+
+TEST(MpiGroup, KilledRankEndsTheJobWithinTheDeadline) {
+  if (find_mpirun().empty()) GTEST_SKIP() << "mpirun not found (install openmpi-bin): MPI bootstrap not tested";
+  Stopwatch watch;
+  Status launch;
+  auto verdicts = run_under_mpirun("mpi_kill", 4, &launch);
+  // mpirun notices the dead rank and stops the job; had it not, the survivors'
+  // 10 s deadline would have (each verdict written must then name rank 3).
+  EXPECT_FALSE(launch.is_ok());
+  EXPECT_LT(watch.seconds(), 30.0);
+  for (int r = 0; r < 3; ++r) {
+    if (verdicts[r] != "(no verdict)") {
+      EXPECT_NE(verdicts[r].find("rank 3"), std::string::npos) << "rank " << r << ": " << verdicts[r];
+    }
+  }
+  std::printf("killed rank: job ended after %.1f s: %s\n", watch.seconds(), launch.to_string().c_str());
 }
 
 TEST(MpiGroup, LaunchedByMpirunReadsTheEnvironment) {

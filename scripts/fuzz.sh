@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang into build-fuzz/ and runs each one
 # for SECONDS seconds (default 10) from a copy of its seed corpus in
-# fuzz/corpus/<name>/ (the repository corpus is never modified).
+# fuzz/corpus/<name>/ or fuzz/corpus/<name>_fuzzer/ (the repository corpus is
+# never modified), with fuzz/dict/<name>.dict as dictionary if present.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   e.g. scripts/fuzz.sh 60 npy load_csv
 # Exits non-zero if a target finds a crash, a leak, a timeout or an invariant
 # violation; the reproducer is kept in build-fuzz/findings/<name>/.
@@ -38,7 +39,9 @@ for name in "${targets[@]}"; do
   corpus="$work/corpus/$name"
   findings="$build/findings/$name"
   mkdir -p "$corpus" "$findings"
-  if [[ -d "$root/fuzz/corpus/$name" ]]; then cp -r "$root/fuzz/corpus/$name/." "$corpus/"; fi
+  for seeds in "$root/fuzz/corpus/$name" "$root/fuzz/corpus/${name}_fuzzer"; do
+    if [[ -d "$seeds" ]]; then cp -r "$seeds/." "$corpus/"; fi
+  done
   dictionary=()
   for candidate in "$root/fuzz/dict/$name.dict" "$root/fuzz/dict/${name#*_}.dict"; do
     if [[ -f "$candidate" ]]; then dictionary=(-dict="$candidate"); break; fi

@@ -253,7 +253,7 @@ void add_rebalance(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command->add_flag("--anti-affinity", args->options.anti_affinity,
-                    "Never two replicas of one expert on one rank (policies that cannot promise it refuse)");
+                    "Never two replicas of one expert on one rank (an error when impossible; deepseek: post-processing)");
   command->add_option("--min-gain", args->options.min_gain,
                       "Hysteresis: keep a layer's current placement if its balancedness would gain less")
       ->check(CLI::NonNegativeNumber)

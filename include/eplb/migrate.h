@@ -1,0 +1,318 @@
+// eplb/migrate.h - the migration executor: expert store, per-layer
+// protocol (stage, wait, verify, vote, commit or abort), fingerprints.
+//
+// Contract:
+// - ExpertStore holds this rank's slots [first_slot, first_slot + S) of every
+//   layer. An expert is a list of tensors per layer; tensor t of layer l is
+//   rows [S][bytes of t per expert]. The memory is either one arena owned by
+//   the store or buffers an engine hands in (adopt); plus one staging area
+//   sized for one layer's slots on this rank. All of it is registered once
+//   with the xfer Agent (Migrator::create).
+// - In simulation the row of a slot holding expert e is
+//   fill_expert_bytes(l, e, t, offset, ...); verify_simulated() checks every
+//   row of every slot byte for byte against a mapping.
+// - Migrator::create is collective: every rank allgathers its layout and
+//   memory map and refuses a mismatch (Mismatch naming the rank, layer,
+//   tensor and both sizes) before any byte moves.
+// - Migrator::migrate is collective and moves layer by layer. Per layer:
+//   plan_layer (same plan on every rank); sources checksum (XXH3-64) every
+//   row a peer will read and allgather the checksums; READs (one request per
+//   source rank) and local copies land in staging; wait with a deadline;
+//   verify every received row; unanimous vote; yes -> staging is copied into
+//   the live rows and the layer's mapping in `current` switches; no ->
+//   staging is dropped, live rows and mapping stay as they were, the layer is
+//   retried with fresh requests up to `retries` times, then the round stops
+//   with Aborted naming the layer, ranks, peers, experts and statuses. Layers
+//   committed before keep their new placement. A lost rank (collective fails)
+//   stops the round with that collective's Status (naming the rank).
+// - Fence: a source's live rows of layer l change only in layer l's commit,
+//   which follows a unanimous vote, which every rank casts only after its own
+//   reads of layer l have landed or been released. So no rank overwrites rows
+//   a peer may still be reading, and no extra barrier is needed: layer l+1
+//   touches other rows, and its checksum allgather orders it after l's vote.
+// - Every wait has a deadline; nothing here throws.
+// - check_fingerprint: before anything moves, every rank's named inputs are
+//   compared with rank 0's; a difference names the rank and the field.
+// - run_rank: one rank of `eplb run` (inputs, fingerprint, agent, store,
+//   rounds of policy -> migrate -> verify every slot on every rank).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eplb/bootstrap.h"
+#include "eplb/common.h"
+#include "eplb/placement.h"
+#include "eplb/sim.h"
+#include "eplb/status.h"
+#include "eplb/xfer.h"
+
+namespace eplb {
+
+// ---------------------------------------------------------------- layout ---
+
+struct TensorSpec {
+  std::string name;
+  uint64_t bytes_per_expert = 0;
+  bool operator==(const TensorSpec&) const = default;
+};
+
+struct StoreLayout {
+  int slots_per_rank = 0;
+  std::vector<std::vector<TensorSpec>> layers;  // layers[l] = tensors of layer l
+
+  // Every layer with the same tensors.
+  static StoreLayout uniform(int num_layers, int slots_per_rank, const std::vector<TensorSpec>& tensors);
+
+  int num_layers() const { return static_cast<int>(layers.size()); }
+  uint64_t bytes_per_expert(int layer) const;    // sum over the layer's tensors
+  uint64_t layer_bytes(int layer) const;         // slots_per_rank * bytes_per_expert(layer)
+  uint64_t total_bytes() const;                  // all layers
+  uint64_t max_layer_bytes() const;              // the staging size
+  Status validate() const;                       // non-empty, positive sizes, unique names
+  // Versioned binary encoding (for the allgather) and its checked decoder.
+  std::string encode() const;
+  static Result<StoreLayout> decode(std::string_view bytes);
+  // "8 layers x 18 slots x [gate_up 683 KiB, down 341 KiB, scales 16 B]"
+  std::string to_string() const;
+};
+
+// The default tensors of an expert of `bytes_per_expert` bytes (>= 3 KiB):
+// "scales" = bytes/256 rounded up to 64 B (at least 64 B), "down" = a third of
+// the rest rounded to 64 B, "gate_up" = the remainder (about 2/3). The sum is
+// exactly bytes_per_expert. Smaller experts get a single tensor "weight".
+std::vector<TensorSpec> default_tensors(uint64_t bytes_per_expert);
+// "gate_up:2MiB,down:1MiB,scales:8KiB" (sizes as parse_byte_size).
+Result<std::vector<TensorSpec>> parse_tensors(std::string_view spec);
+// "1MiB", "512KiB", "8M", "4096", "1.5GiB" -> bytes.
+Result<uint64_t> parse_byte_size(std::string_view text);
+
+// Compares every rank's encoded layout with rank 0's. The error names the
+// first differing rank, layer and tensor and both sizes, e.g.
+// "nbytes_per_expert mismatch: rank 2 has layer 3 tensor 'down' of 349504 B
+//  per expert, rank 0 has 349525 B ...".
+Status check_layouts_agree(const std::vector<std::string>& encoded_layouts);
+
+// ----------------------------------------------------------------- store ---
+
+// Engine-owned memory of one tensor of one layer: S rows, row_stride bytes
+// apart, each bytes_per_expert (of that tensor) long.
+struct TensorMemory {
+  uint8_t* address = nullptr;
+  uint64_t row_stride = 0;  // 0: rows are packed (stride = bytes per expert)
+};
+
+class ExpertStore {
+ public:
+  // Allocates one page-aligned arena for all layers plus the staging area.
+  // With `agent`, the arena comes from agent->allocate_memory() (with UCX:
+  // shared-memory segments that same-host peers read without this process's
+  // CPU) and is registered already; backends that cannot allocate fall back
+  // to private memory. Such an arena belongs to the agent: it is freed when
+  // the agent is destroyed, and the store must not be used after that.
+  static Result<std::unique_ptr<ExpertStore>> create_arena(const StoreLayout& layout, int first_slot,
+                                                           xfer::Agent* agent = nullptr);
+  // Uses the engine's buffers memory[layer][tensor] (not owned, must outlive
+  // the store); only the staging area is allocated.
+  static Result<std::unique_ptr<ExpertStore>> adopt(const StoreLayout& layout, int first_slot,
+                                                    std::vector<std::vector<TensorMemory>> memory);
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  const StoreLayout& layout() const { return layout_; }
+  int first_slot() const { return first_slot_; }
+  int slots_per_rank() const { return layout_.slots_per_rank; }
+  bool owns_slot(int slot) const { return slot >= first_slot_ && slot < first_slot_ + slots_per_rank(); }
+
+  // Live row of (layer, local slot, tensor), and its length.
+  uint8_t* row(int layer, int local_slot, int tensor) const;
+  uint64_t row_bytes(int layer, int tensor) const { return layout_.layers[layer][tensor].bytes_per_expert; }
+  uint64_t row_stride(int layer, int tensor) const { return memory_[layer][tensor].row_stride; }
+  // Staging row for (local slot, tensor) when staging layer `layer`.
+  uint8_t* staging_row(int layer, int local_slot, int tensor) const;
+
+  // XXH3-64 of a live row.
+  uint64_t checksum(int layer, int local_slot, int tensor) const;
+
+  // The memory to register with the xfer Agent (live memory + staging),
+  // without an arena the agent allocated (registered already).
+  std::vector<xfer::MemoryRegion> regions() const;
+  // True when the arena was allocated (and registered) by the agent.
+  bool arena_from_agent() const { return agent_region_ != 0; }
+
+  // Simulation: writes every slot of `layer` (or all layers) with the
+  // synthetic content of the expert `placement` maps it to.
+  void fill_simulated(const Placement& placement, int layer);
+  void fill_simulated(const Placement& placement);
+  // Checks every row of every slot of every layer byte for byte against
+  // fill_expert_bytes for the expert `placement` maps it to; the error names
+  // layer, slot, expected expert, tensor and the first differing offset.
+  Status verify_simulated(const Placement& placement) const;
+
+ private:
+  ExpertStore() = default;
+  StoreLayout layout_;
+  int first_slot_ = 0;
+  std::vector<std::vector<TensorMemory>> memory_;  // [layer][tensor], stride resolved
+  std::vector<std::vector<uint64_t>> staging_offsets_;  // [layer][tensor] offset into staging
+  uint8_t* arena_ = nullptr;
+  uint64_t arena_bytes_ = 0;
+  xfer::Agent* agent_ = nullptr;      // owner of the arena when agent_region_ != 0
+  xfer::RegionId agent_region_ = 0;
+  uint8_t* staging_ = nullptr;
+  uint64_t staging_bytes_ = 0;
+};
+
+// ----------------------------------------------------------- fingerprint ---
+
+// Every rank must agree on these fields before anything moves (topology,
+// policy, options, layout, trace identity...).
+struct FingerprintField {
+  std::string name;
+  std::string value;
+};
+// Collective. Mismatch naming the first differing rank and field (and both
+// values, shortened) when any rank differs from rank 0.
+Status check_fingerprint(ProcessGroup& group, const std::vector<FingerprintField>& fields, Deadline deadline);
+
+// -------------------------------------------------------------- executor ---
+
+struct LayerReport;
+
+struct MigrateOptions {
+  // Deadline for the transfers of one layer attempt; <= 0: automatic,
+  // 5 s + 1 s per 256 MiB this rank reads in the layer.
+  double timeout_seconds = 0;
+  int retries = 2;  // extra attempts per layer after a failed vote
+  // Deadline for each collective (allgather, vote); <= 0: automatic,
+  // the layer's transfer deadline + 10 s.
+  double collective_timeout_seconds = 0;
+  // Test hook, called on every rank before each attempt of each layer.
+  std::function<void(int layer, int attempt)> before_attempt;
+  // Progress, called on every rank after each layer (committed, unchanged or failed).
+  std::function<void(const LayerReport& report)> on_layer_done;
+};
+
+struct LayerReport {
+  int layer = 0;
+  // Whole group (all ranks), from the plan.
+  uint64_t bytes_kept = 0;
+  uint64_t bytes_local = 0;
+  uint64_t bytes_intra_node = 0;
+  uint64_t bytes_inter_node = 0;
+  int64_t requests = 0;
+  int64_t descriptors = 0;
+  // This rank.
+  uint64_t bytes_read_here = 0;
+  double seconds = 0;
+  // This rank's time per phase (all attempts): checksumming its source rows
+  // and publishing them, transfers + local copies until landed, verifying
+  // received rows, voting (waiting for the slowest rank), committing.
+  double seconds_checksum = 0;
+  double seconds_transfer = 0;
+  double seconds_verify = 0;
+  double seconds_vote = 0;
+  double seconds_commit = 0;
+  int retries = 0;
+  bool changed = false;    // the plan moves something
+  bool committed = false;  // changed and switched to the new placement
+  std::string failure;     // last failure (a retried failure is kept too)
+};
+
+struct RoundReport {
+  std::vector<LayerReport> layers;
+  double seconds = 0;
+  Status status;  // ok, or why the round stopped
+  // Bytes of committed layers only (a failed layer's bytes were dropped).
+  uint64_t bytes_moved() const;  // local + intra + inter
+  uint64_t bytes_local() const;
+  uint64_t bytes_intra_node() const;
+  uint64_t bytes_inter_node() const;
+  int retries() const;
+  int failures() const;  // layers that failed (at least one attempt), including retried ones
+  int layers_committed() const;
+};
+
+class Migrator {
+ public:
+  // Collective: registers the store with `agent`, exchanges metadata and
+  // memory maps with every rank, checks that layouts agree.
+  static Result<std::unique_ptr<Migrator>> create(ProcessGroup& group, xfer::Agent& agent, ExpertStore& store,
+                                                  const Topology& topology, MigrateOptions options,
+                                                  Deadline deadline);
+  ~Migrator();
+
+  // Collective: moves the store from `current` to `target`; `current`
+  // switches layer by layer as layers commit. report.status says how the
+  // round ended.
+  RoundReport migrate(Placement& current, const Placement& target);
+
+  const MigrateOptions& options() const { return options_; }
+  MigrateOptions& options() { return options_; }
+
+ private:
+  struct State;
+  Migrator() = default;
+  std::unique_ptr<State> state_;
+  MigrateOptions options_;
+};
+
+}  // namespace eplb
+
+// ------------------------------------------------------------ eplb run ---
+
+namespace eplb {
+
+// One simulated run of `eplb run` on one rank (every rank calls it with the
+// same options): set-up, fingerprint check, then for each round the next
+// window of the trace -> policy -> migrate -> verify every slot.
+struct RunOptions {
+  Topology topology;
+  std::vector<TensorSpec> tensors;   // per expert, every layer
+  int rounds = 3;
+  int window = 20;                   // trace steps per round
+  std::string policy = "deepseek";
+  int threads = 1;                   // policy threads
+  std::string trace_path;            // empty: generate from `generate`
+  LoadGenOptions generate;           // layers/experts/steps are set from the topology
+  std::string transport = "shm";     // shm | tcp | loopback (only names the run; backend below)
+  std::string backend = "ucx";       // xfer backend: ucx | loopback
+  std::string bootstrap = "local";   // names the run in the output
+  std::string fault_spec;            // --inject
+  std::string agent_prefix = "rank-";
+  MigrateOptions migrate;
+  std::string json_path;             // rank 0 writes the report here
+  FILE* out = nullptr;               // progress and report (rank 0); null: silent
+  bool tty = false;                  // progress bars instead of plain lines
+  double setup_timeout_seconds = 60;
+};
+
+struct RoundSummary {
+  int round = 0;
+  double balancedness_before = 0;
+  double balancedness_after = 0;
+  RoundReport report;            // this rank's view (bytes are whole-group)
+  double seconds = 0;            // slowest rank's migration time
+  bool verified = false;         // every rank verified every slot
+  std::string verify_failure;
+};
+
+struct RunSummary {
+  std::vector<RoundSummary> rounds;
+  Status status;                  // ok, or why the run stopped
+  bool all_verified = false;      // every rank's every slot matches its committed mapping
+  std::string final_state;        // this rank's committed state, in words
+  uint64_t mapping_hash = 0;      // XXH3 of this rank's committed phy2log
+};
+
+// Runs on one rank; returns the summary (status says whether it completed).
+RunSummary run_rank(ProcessGroup& group, const RunOptions& options);
+
+}  // namespace eplb

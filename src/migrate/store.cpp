@@ -1,0 +1,216 @@
+// store.cpp - ExpertStore: this rank's live expert rows (an owned arena or
+// engine buffers), the staging area, checksums, simulated fill and
+// byte-for-byte verification.
+#include <sys/mman.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "eplb/migrate.h"
+#include "eplb/sim.h"
+
+namespace eplb {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+uint64_t round_up(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+Result<uint8_t*> map_bytes(uint64_t bytes, const char* what) {
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED)
+    return error(Code::Internal, std::string("expert store: cannot map ") + format_bytes(bytes) + " for the " +
+                                     what + ": " + std::strerror(errno));
+  return static_cast<uint8_t*>(memory);
+}
+
+}  // namespace
+
+ExpertStore::~ExpertStore() {
+  // An agent-allocated arena belongs to the agent (freed with it).
+  if (arena_ && !agent_region_) munmap(arena_, arena_bytes_);
+  if (staging_) munmap(staging_, staging_bytes_);
+}
+
+static Status check_first_slot(const StoreLayout& layout, int first_slot) {
+  if (first_slot < 0 || first_slot % layout.slots_per_rank != 0)
+    return error(Code::InvalidArgument, "expert store: first slot " + std::to_string(first_slot) +
+                                            " is not a multiple of the slots per rank (" +
+                                            std::to_string(layout.slots_per_rank) + ")");
+  return Status::ok();
+}
+
+Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout& layout, int first_slot,
+                                                              xfer::Agent* agent) {
+  EPLB_TRY(layout.validate());
+  EPLB_TRY(check_first_slot(layout, first_slot));
+  std::unique_ptr<ExpertStore> store(new ExpertStore());
+  store->layout_ = layout;
+  store->first_slot_ = first_slot;
+  // Arena: layer by layer, tensor by tensor, each tensor block [S][bytes]
+  // packed and page aligned.
+  uint64_t offset = 0;
+  std::vector<std::vector<uint64_t>> offsets(layout.layers.size());
+  for (size_t l = 0; l < layout.layers.size(); ++l)
+    for (const auto& tensor : layout.layers[l]) {
+      offsets[l].push_back(offset);
+      offset = round_up(offset + tensor.bytes_per_expert * uint64_t(layout.slots_per_rank), kPage);
+    }
+  store->arena_bytes_ = std::max<uint64_t>(offset, kPage);
+  if (agent) {
+    auto allocated = agent->allocate_memory(store->arena_bytes_);
+    if (allocated) {
+      store->agent_ = agent;
+      store->agent_region_ = allocated->id;
+      store->arena_ = static_cast<uint8_t*>(allocated->address);
+    } else if (allocated.status().code() != Code::Unsupported) {
+      return allocated.status().with_context("expert store: allocating the arena through the transfer agent");
+    }
+  }
+  if (!store->arena_) {
+    EPLB_ASSIGN_OR_RETURN(store->arena_, map_bytes(store->arena_bytes_, "expert arena"));
+  }
+  store->memory_.resize(layout.layers.size());
+  for (size_t l = 0; l < layout.layers.size(); ++l)
+    for (size_t t = 0; t < layout.layers[l].size(); ++t)
+      store->memory_[l].push_back({store->arena_ + offsets[l][t], layout.layers[l][t].bytes_per_expert});
+  // Staging for the largest layer.
+  store->staging_offsets_.resize(layout.layers.size());
+  for (size_t l = 0; l < layout.layers.size(); ++l) {
+    uint64_t at = 0;
+    for (const auto& tensor : layout.layers[l]) {
+      store->staging_offsets_[l].push_back(at);
+      at += tensor.bytes_per_expert * uint64_t(layout.slots_per_rank);
+    }
+  }
+  store->staging_bytes_ = round_up(std::max<uint64_t>(layout.max_layer_bytes(), 1), kPage);
+  EPLB_ASSIGN_OR_RETURN(store->staging_, map_bytes(store->staging_bytes_, "staging area"));
+  return store;
+}
+
+Result<std::unique_ptr<ExpertStore>> ExpertStore::adopt(const StoreLayout& layout, int first_slot,
+                                                        std::vector<std::vector<TensorMemory>> memory) {
+  EPLB_TRY(layout.validate());
+  EPLB_TRY(check_first_slot(layout, first_slot));
+  if (memory.size() != layout.layers.size())
+    return error(Code::InvalidArgument, "expert store: engine memory lists " + std::to_string(memory.size()) +
+                                            " layers, the layout has " + std::to_string(layout.layers.size()));
+  for (size_t l = 0; l < memory.size(); ++l) {
+    if (memory[l].size() != layout.layers[l].size())
+      return error(Code::InvalidArgument, "expert store: engine memory of layer " + std::to_string(l) + " lists " +
+                                              std::to_string(memory[l].size()) + " tensors, the layout has " +
+                                              std::to_string(layout.layers[l].size()));
+    for (size_t t = 0; t < memory[l].size(); ++t) {
+      auto& buffer = memory[l][t];
+      const auto& tensor = layout.layers[l][t];
+      if (buffer.row_stride == 0) buffer.row_stride = tensor.bytes_per_expert;
+      if (buffer.address == nullptr || buffer.row_stride < tensor.bytes_per_expert)
+        return error(Code::InvalidArgument, "expert store: engine memory of layer " + std::to_string(l) +
+                                                " tensor '" + tensor.name + "' is null or its row stride (" +
+                                                std::to_string(buffer.row_stride) + " B) is below its " +
+                                                std::to_string(tensor.bytes_per_expert) + " B per expert");
+    }
+  }
+  std::unique_ptr<ExpertStore> store(new ExpertStore());
+  store->layout_ = layout;
+  store->first_slot_ = first_slot;
+  store->memory_ = std::move(memory);
+  store->staging_offsets_.resize(layout.layers.size());
+  for (size_t l = 0; l < layout.layers.size(); ++l) {
+    uint64_t at = 0;
+    for (const auto& tensor : layout.layers[l]) {
+      store->staging_offsets_[l].push_back(at);
+      at += tensor.bytes_per_expert * uint64_t(layout.slots_per_rank);
+    }
+  }
+  store->staging_bytes_ = round_up(std::max<uint64_t>(layout.max_layer_bytes(), 1), kPage);
+  EPLB_ASSIGN_OR_RETURN(store->staging_, map_bytes(store->staging_bytes_, "staging area"));
+  return store;
+}
+
+uint8_t* ExpertStore::row(int layer, int local_slot, int tensor) const {
+  const TensorMemory& memory = memory_[layer][tensor];
+  return memory.address + uint64_t(local_slot) * memory.row_stride;
+}
+
+uint8_t* ExpertStore::staging_row(int layer, int local_slot, int tensor) const {
+  return staging_ + staging_offsets_[layer][tensor] +
+         uint64_t(local_slot) * layout_.layers[layer][tensor].bytes_per_expert;
+}
+
+uint64_t ExpertStore::checksum(int layer, int local_slot, int tensor) const {
+  return XXH3_64bits(row(layer, local_slot, tensor), row_bytes(layer, tensor));
+}
+
+std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
+  std::vector<xfer::MemoryRegion> regions;
+  if (arena_) {
+    if (!agent_region_) regions.push_back({arena_, arena_bytes_, xfer::MemoryKind::Host, 0});
+  } else {
+    for (size_t l = 0; l < memory_.size(); ++l)
+      for (size_t t = 0; t < memory_[l].size(); ++t) {
+        uint64_t span = memory_[l][t].row_stride * uint64_t(layout_.slots_per_rank - 1) +
+                        layout_.layers[l][t].bytes_per_expert;
+        regions.push_back({memory_[l][t].address, span, xfer::MemoryKind::Host, 0});
+      }
+  }
+  regions.push_back({staging_, staging_bytes_, xfer::MemoryKind::Host, 0});
+  return regions;
+}
+
+void ExpertStore::fill_simulated(const Placement& placement, int layer) {
+  for (int s = 0; s < slots_per_rank(); ++s) {
+    int expert = placement.phy2log(layer, first_slot_ + s);
+    for (size_t t = 0; t < layout_.layers[layer].size(); ++t) {
+      std::span<uint8_t> out(row(layer, s, int(t)), row_bytes(layer, int(t)));
+      if (expert < 0)
+        std::memset(out.data(), 0, out.size());
+      else
+        fill_expert_bytes(layer, expert, int(t), 0, out);
+    }
+  }
+}
+
+void ExpertStore::fill_simulated(const Placement& placement) {
+  for (int l = 0; l < layout_.num_layers(); ++l) fill_simulated(placement, l);
+}
+
+Status ExpertStore::verify_simulated(const Placement& placement) const {
+  if (placement.num_layers() != layout_.num_layers() ||
+      placement.num_slots() < first_slot_ + slots_per_rank())
+    return error(Code::InvalidArgument, "verify: the placement (" + std::to_string(placement.num_layers()) +
+                                            " layers, " + std::to_string(placement.num_slots()) +
+                                            " slots) does not cover this store (" + layout_.to_string() +
+                                            ", first slot " + std::to_string(first_slot_) + ")");
+  constexpr uint64_t kChunk = 256 * 1024;
+  std::vector<uint8_t> expected(kChunk);
+  for (int l = 0; l < layout_.num_layers(); ++l)
+    for (int s = 0; s < slots_per_rank(); ++s) {
+      int expert = placement.phy2log(l, first_slot_ + s);
+      for (size_t t = 0; t < layout_.layers[l].size(); ++t) {
+        const uint8_t* live = row(l, s, int(t));
+        uint64_t bytes = row_bytes(l, int(t));
+        for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
+          uint64_t length = std::min(kChunk, bytes - offset);
+          std::span<uint8_t> want(expected.data(), length);
+          if (expert < 0)
+            std::memset(want.data(), 0, length);
+          else
+            fill_expert_bytes(l, expert, int(t), offset, want);
+          if (std::memcmp(live + offset, want.data(), length) != 0) {
+            uint64_t first = offset;
+            while (live[first] == want[first - offset]) ++first;
+            return error(Code::Mismatch,
+                         "verify: layer " + std::to_string(l) + " slot " + std::to_string(first_slot_ + s) +
+                             " should hold expert " + std::to_string(expert) + " but tensor '" +
+                             layout_.layers[l][t].name + "' differs at byte " + std::to_string(first) + " of " +
+                             std::to_string(bytes));
+          }
+        }
+      }
+    }
+  return Status::ok();
+}
+
+}  // namespace eplb

@@ -1,0 +1,338 @@
+// The migration executor end to end in one process: ranks are threads
+// (make_thread_groups), transfers go through the loopback xfer backend,
+// optionally wrapped by the faulty backend. After every round every slot on
+// every rank must hold its mapped expert byte for byte, and a failed layer
+// must leave the old placement in place on every rank.
+#include <atomic>
+#include <functional>
+#include <gtest/gtest.h>
+#include <random>
+#include <thread>
+
+#include "eplb/bootstrap.h"
+#include "eplb/migrate.h"
+#include "eplb/policy.h"
+#include "eplb/sim.h"
+
+namespace eplb {
+namespace {
+
+std::atomic<int> agent_counter{0};
+
+// A random valid placement: every expert once, the rest random replicas,
+// shuffled over the slots.
+Placement random_placement(const Topology& topology, std::mt19937_64& rng) {
+  std::vector<int32_t> phy2log;
+  for (int l = 0; l < topology.num_layers; ++l) {
+    std::vector<int32_t> layer;
+    for (int e = 0; e < topology.num_experts; ++e) layer.push_back(e);
+    while (int(layer.size()) < topology.num_slots) layer.push_back(int32_t(rng() % topology.num_experts));
+    std::shuffle(layer.begin(), layer.end(), rng);
+    phy2log.insert(phy2log.end(), layer.begin(), layer.end());
+  }
+  return std::move(Placement::from_phy2log(topology.num_layers, topology.num_experts, topology.num_slots, phy2log))
+      .value();
+}
+
+struct RankResult {
+  std::vector<RoundReport> rounds;
+  Placement final_placement;
+  Status verified;
+  Status setup;
+};
+
+// Runs `targets` as consecutive rounds on `topology.num_ranks` threads.
+std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<TensorSpec>& tensors,
+                                   const std::vector<Placement>& targets, const std::string& fault_spec = "",
+                                   MigrateOptions options = {}) {
+  auto groups = make_thread_groups(topology.num_ranks);
+  std::vector<RankResult> results(size_t(topology.num_ranks));
+  std::string prefix = "executor-test-" + std::to_string(agent_counter++) + "-";
+  StoreLayout layout = StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), tensors);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < topology.num_ranks; ++r)
+    threads.emplace_back([&, r] {
+      RankResult& result = results[size_t(r)];
+      xfer::AgentConfig config;
+      config.name = prefix + std::to_string(r);
+      config.backend = "loopback";
+      config.fault_spec = fault_spec;
+      auto agent = xfer::Agent::create(config);
+      auto store = ExpertStore::create_arena(layout, r * topology.slots_per_rank());
+      if (!agent || !store) {
+        result.setup = !agent ? agent.status() : store.status();
+        return;
+      }
+      Placement current = default_placement(topology);
+      (*store)->fill_simulated(current);
+      auto migrator = Migrator::create(*groups[size_t(r)], **agent, **store, topology, options, Deadline::after_seconds(20));
+      if (!migrator) {
+        result.setup = migrator.status();
+        return;
+      }
+      for (const auto& target : targets) {
+        RoundReport report = (*migrator)->migrate(current, target);
+        bool ok = report.status.is_ok();
+        result.rounds.push_back(std::move(report));
+        if (!ok) break;
+      }
+      result.final_placement = current;
+      result.verified = (*store)->verify_simulated(current);
+    });
+  for (auto& thread : threads) thread.join();
+  return results;
+}
+
+bool same_mapping(const Placement& a, const Placement& b) { return a.phy2log_data() == b.phy2log_data(); }
+
+void expect_consistent(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_TRUE(results[r].setup) << "rank " << r << ": " << results[r].setup.to_string();
+    EXPECT_TRUE(results[r].verified) << "rank " << r << ": " << results[r].verified.to_string();
+    EXPECT_TRUE(results[r].final_placement == results[0].final_placement) << "rank " << r;
+  }
+}
+
+class ExecutorRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(ExecutorRanks, RandomPlacementsMoveByteForByte) {
+  const int ranks = GetParam();
+  Topology topology{4, 16, 24, 4, 2, ranks};
+  std::mt19937_64 rng(ranks);
+  std::vector<Placement> targets;
+  for (int round = 0; round < 4; ++round) targets.push_back(random_placement(topology, rng));
+  auto results = run_rounds(topology, default_tensors(16 << 10), targets);
+  expect_consistent(results);
+  for (const auto& result : results) {
+    ASSERT_EQ(result.rounds.size(), targets.size());
+    for (const auto& round : result.rounds) {
+      EXPECT_TRUE(round.status) << round.status.to_string();
+      EXPECT_GT(round.bytes_moved(), 0u);
+      EXPECT_EQ(round.retries(), 0);
+      EXPECT_EQ(round.layers_committed(), topology.num_layers);
+    }
+  }
+  EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back()));
+  // Remote reads happened within and across nodes.
+  uint64_t intra = 0, inter = 0;
+  for (const auto& round : results[0].rounds) intra += round.bytes_intra_node(), inter += round.bytes_inter_node();
+  if (ranks > 2) {
+    EXPECT_GT(intra, 0u);
+  }
+  EXPECT_GT(inter, 0u);
+}
+
+TEST_P(ExecutorRanks, PoliciesOverADriftingTrace) {
+  const int ranks = GetParam();
+  Topology topology{3, 16, 24, 4, 2, ranks};
+  LoadGenOptions generate;
+  generate.num_layers = topology.num_layers;
+  generate.num_experts = topology.num_experts;
+  generate.num_steps = 40;
+  generate.seed = 3;
+  auto trace = generate_load_trace(generate);
+  ASSERT_TRUE(trace) << trace.status().to_string();
+  for (const std::string name : {"deepseek", "relabel", "incremental", "balanced"}) {
+    auto policy = make_policy(name);
+    ASSERT_TRUE(policy) << policy.status().to_string();
+    std::vector<Placement> targets;
+    Placement current = default_placement(topology);
+    bool supported = true;
+    for (int round = 0; round < 4; ++round) {
+      auto next = (*policy)->place(trace->sum(round * 10, 10), topology, current, PolicyOptions{});
+      if (!next) {
+        supported = false;  // a policy still being written on another branch
+        break;
+      }
+      targets.push_back(*next);
+      current = *next;
+    }
+    if (!supported) continue;
+    auto results = run_rounds(topology, {{"w", 4096}, {"s", 64}}, targets);
+    expect_consistent(results);
+    EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back())) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ExecutorRanks, ::testing::Values(2, 4));
+
+TEST(Executor, SwapsAndRotationsWithinAndAcrossRanks) {
+  Topology topology{2, 4, 4, 1, 1, 2};
+  // Layer 0: swap the two slots of rank 0 and the two of rank 1; layer 1: a
+  // rotation across all slots.
+  auto target = Placement::from_phy2log(2, 4, 4, {1, 0, 3, 2, 1, 2, 3, 0});
+  ASSERT_TRUE(target);
+  auto results = run_rounds(topology, {{"a", 1000}, {"b", 24}}, {*target});
+  expect_consistent(results);
+  EXPECT_TRUE(same_mapping(results[0].final_placement, *target));
+  // Layer 0 entirely by local copies (4 slots), layer 1 half (2 slots).
+  EXPECT_EQ(results[0].rounds[0].bytes_local(), 6u * 1024);
+}
+
+TEST(Executor, NoChangeMovesNothing) {
+  Topology topology{2, 8, 8, 1, 1, 2};
+  auto results = run_rounds(topology, {{"w", 512}}, {default_placement(topology)});
+  expect_consistent(results);
+  EXPECT_EQ(results[0].rounds[0].bytes_moved(), 0u);
+  for (const auto& layer : results[0].rounds[0].layers) EXPECT_FALSE(layer.changed);
+}
+
+// ------------------------------------------------------------- faults ---
+
+TEST(ExecutorFaults, TransferErrorsAreRetriedAndComplete) {
+  Topology topology{4, 16, 24, 4, 2, 4};
+  std::mt19937_64 rng(11);
+  std::vector<Placement> targets{random_placement(topology, rng), random_placement(topology, rng)};
+  MigrateOptions options;
+  options.retries = 8;
+  auto results = run_rounds(topology, default_tensors(8192), targets, "err=0.15,seed=5", options);
+  expect_consistent(results);
+  EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back()));
+  int retries = 0;
+  for (const auto& round : results[0].rounds) {
+    EXPECT_TRUE(round.status) << round.status.to_string();
+    retries += round.retries();
+  }
+  EXPECT_GT(retries, 0);
+  bool named = false;
+  for (const auto& round : results[0].rounds)
+    for (const auto& layer : round.layers)
+      if (layer.failure.find("injected backend error") != std::string::npos &&
+          layer.failure.find("READ from rank") != std::string::npos)
+        named = true;
+  EXPECT_TRUE(named);
+}
+
+TEST(ExecutorFaults, CorruptionIsCaughtByChecksumsAndRetried) {
+  Topology topology{4, 16, 24, 4, 2, 4};
+  std::mt19937_64 rng(12);
+  std::vector<Placement> targets{random_placement(topology, rng)};
+  MigrateOptions options;
+  options.retries = 8;
+  auto results = run_rounds(topology, default_tensors(8192), targets, "corrupt=0.3,seed=1", options);
+  expect_consistent(results);
+  EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back()));
+  bool caught = false;
+  for (const auto& layer : results[0].rounds[0].layers) {
+    if (layer.failure.find("checksum mismatch") != std::string::npos &&
+        layer.failure.find("read from rank") != std::string::npos && layer.failure.find("tensor") != std::string::npos)
+      caught = true;
+  }
+  EXPECT_TRUE(caught);
+}
+
+TEST(ExecutorFaults, StallsHitTheDeadlineAndAbortCleanly) {
+  Topology topology{3, 8, 12, 2, 2, 2};
+  std::mt19937_64 rng(13);
+  std::vector<Placement> targets{random_placement(topology, rng)};
+  MigrateOptions options;
+  options.retries = 1;
+  options.timeout_seconds = 0.2;
+  Stopwatch clock;
+  auto results = run_rounds(topology, {{"w", 4096}}, targets, "stall=1", options);
+  EXPECT_LT(clock.seconds(), 10.0);
+  expect_consistent(results);
+  // Layer 0 needs remote reads (random placement), they all stall: the round
+  // stops at the first changed layer, which keeps its old placement.
+  Placement initial = default_placement(topology);
+  for (const auto& result : results) {
+    ASSERT_EQ(result.rounds.size(), 1u);
+    const RoundReport& round = result.rounds[0];
+    ASSERT_FALSE(round.status);
+    EXPECT_EQ(round.status.code(), Code::Aborted);
+    const std::string& text = round.status.message();
+    EXPECT_NE(text.find("aborted after 2 attempt(s)"), std::string::npos) << text;
+    EXPECT_NE(text.find("still in progress at the deadline"), std::string::npos) << text;
+    EXPECT_NE(text.find("kept its old placement on every rank"), std::string::npos) << text;
+    EXPECT_NE(text.find("experts"), std::string::npos) << text;
+    int failed_layer = round.layers.back().layer;
+    EXPECT_FALSE(round.layers.back().committed);
+    EXPECT_EQ(round.layers.back().retries, 1);
+    for (int l = 0; l < topology.num_layers; ++l) {
+      auto got = result.final_placement.layer_phy2log(l);
+      auto want = (l < failed_layer ? targets[0] : initial).layer_phy2log(l);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin(), want.end())) << "layer " << l;
+    }
+  }
+}
+
+TEST(ExecutorFaults, DelayBelowTheDeadlineCompletesAboveAborts) {
+  Topology topology{2, 8, 12, 2, 2, 2};
+  std::mt19937_64 rng(14);
+  std::vector<Placement> targets{random_placement(topology, rng)};
+  MigrateOptions options;
+  options.retries = 0;
+  options.timeout_seconds = 1.0;
+  auto slow = run_rounds(topology, {{"w", 2048}}, targets, "delay_ms=50", options);
+  expect_consistent(slow);
+  EXPECT_TRUE(slow[0].rounds[0].status) << slow[0].rounds[0].status.to_string();
+  EXPECT_TRUE(same_mapping(slow[0].final_placement, targets[0]));
+  options.timeout_seconds = 0.1;
+  auto too_slow = run_rounds(topology, {{"w", 2048}}, targets, "delay_ms=1000", options);
+  expect_consistent(too_slow);
+  ASSERT_FALSE(too_slow[0].rounds[0].status);
+  EXPECT_EQ(too_slow[0].rounds[0].status.code(), Code::Aborted);
+  EXPECT_TRUE(same_mapping(too_slow[0].final_placement, default_placement(topology)));
+}
+
+TEST(ExecutorFaults, DisconnectedPeerStopsTheRoundWithCommittedLayersConsistent) {
+  Topology topology{4, 8, 12, 2, 2, 2};
+  std::mt19937_64 rng(15);
+  std::vector<Placement> targets{random_placement(topology, rng)};
+  MigrateOptions options;
+  options.retries = 2;
+  // Each rank posts about one request per layer: requests fail from the 3rd post on.
+  auto results = run_rounds(topology, {{"w", 2048}}, targets, "disconnect_after=2", options);
+  expect_consistent(results);
+  const RoundReport& round = results[0].rounds[0];
+  ASSERT_FALSE(round.status);
+  EXPECT_NE(round.status.message().find("peer vanished"), std::string::npos) << round.status.message();
+  EXPECT_GE(round.layers_committed(), 1);
+  EXPECT_LT(round.layers_committed(), topology.num_layers);
+}
+
+TEST(ExecutorSetup, LayoutMismatchIsRefusedBeforeAnythingMoves) {
+  Topology topology{2, 4, 4, 1, 1, 2};
+  auto groups = make_thread_groups(2);
+  std::vector<Status> statuses(2);
+  std::vector<std::thread> threads;
+  std::string prefix = "layout-test-" + std::to_string(agent_counter++) + "-";
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      xfer::AgentConfig config{prefix + std::to_string(r), "loopback", "", false};
+      auto agent = std::move(xfer::Agent::create(config)).value();
+      auto layout = StoreLayout::uniform(2, 2, {{"gate_up", 4096}, {"down", r == 1 ? 2000u : 2048u}});
+      auto store = std::move(ExpertStore::create_arena(layout, r * 2)).value();
+      auto migrator = Migrator::create(*groups[r], *agent, *store, topology, {}, Deadline::after_seconds(10));
+      statuses[r] = migrator.status();
+    });
+  for (auto& thread : threads) thread.join();
+  for (const auto& status : statuses) {
+    ASSERT_FALSE(status);
+    EXPECT_EQ(status.code(), Code::Mismatch);
+    EXPECT_NE(status.message().find("nbytes_per_expert mismatch: rank 1 has layer 0 tensor 'down' of 2000 B per "
+                                    "expert, rank 0 has 2048 B"),
+              std::string::npos)
+        << status.message();
+  }
+}
+
+TEST(ExecutorSetup, FingerprintNamesRankAndField) {
+  auto groups = make_thread_groups(3);
+  std::vector<Status> statuses(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      std::vector<FingerprintField> fields{{"topology", "L=8"}, {"policy", r == 2 ? "relabel" : "deepseek"}};
+      statuses[r] = check_fingerprint(*groups[r], fields, Deadline::after_seconds(10));
+    });
+  for (auto& thread : threads) thread.join();
+  for (const auto& status : statuses) {
+    ASSERT_FALSE(status);
+    EXPECT_NE(status.message().find("rank 2 has policy = 'relabel', rank 0 has 'deepseek'"), std::string::npos)
+        << status.message();
+  }
+}
+
+}  // namespace
+}  // namespace eplb

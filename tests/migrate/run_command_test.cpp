@@ -1,0 +1,193 @@
+// `eplb run` as users run it: the built binary, as separate rank processes
+// over UCX (shared memory and TCP), under mpirun, with injected faults and a
+// rank killed mid-migration. Every case is bounded by `timeout`.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "eplb/common.h"
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+  double seconds = 0;
+};
+
+const std::string kBinary = EPLB_BINARY_DIR "/eplb";
+const std::string kSmall =
+    " --layers 3 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds 2 --window 10";
+
+Outcome run(const std::string& arguments, const std::string& environment = "", int limit_seconds = 90) {
+  Outcome outcome;
+  std::string command = "env " + environment + " timeout -s KILL " + std::to_string(limit_seconds) + " " + arguments +
+                        " 2>&1";
+  eplb::Stopwatch clock;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return outcome;
+  char buffer[4096];
+  size_t got;
+  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.output.append(buffer, got);
+  int status = pclose(pipe);
+  outcome.seconds = clock.seconds();
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return outcome;
+}
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/eplb_run_" + std::to_string(getpid()) + "_" + name;
+}
+
+bool ucx_available() {
+  Outcome probe = run(kBinary + " run --ranks 2 --nodes 1 --layers 1 --experts 2 --replicas 2 --groups 1 "
+                                "--bytes-per-expert 4KiB --rounds 1 --window 1");
+  return probe.exit_code == 0 || probe.output.find("UCX backend not built") == std::string::npos;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream file(path);
+  return nlohmann::json::parse(file, nullptr, false);
+}
+
+void expect_all_verified(const Outcome& outcome, const std::string& json_path, int rounds) {
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("verified byte for byte against the mapping"), std::string::npos) << outcome.output;
+  auto json = read_json(json_path);
+  ASSERT_FALSE(json.is_discarded()) << outcome.output;
+  EXPECT_EQ(json["all_verified"], true);
+  ASSERT_EQ(json["rounds"].size(), size_t(rounds));
+  for (const auto& round : json["rounds"]) {
+    EXPECT_EQ(round["verified"], true);
+    EXPECT_GT(round["bytes_moved"].get<uint64_t>(), 0u);
+  }
+}
+
+class RunOverUcx : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(RunOverUcx, EveryRoundVerifiesOnEveryRank) {
+  if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
+  auto [ranks, transport] = GetParam();
+  std::string json = temp_path("ucx_" + std::to_string(ranks) + transport + ".json");
+  Outcome outcome = run(kBinary + " run --ranks " + std::to_string(ranks) + " --nodes 2 --transport " + transport +
+                        kSmall + " --json " + json);
+  expect_all_verified(outcome, json, 2);
+  auto parsed = read_json(json);
+  EXPECT_EQ(parsed["topology"]["ranks"], ranks);
+  EXPECT_EQ(parsed["transport"], transport);
+  std::remove(json.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndTransports, RunOverUcx,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values("shm", "tcp")),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
+                         });
+
+TEST(RunCommand, LoopbackThreadsWithTensorsAndPolicy) {
+  std::string json = temp_path("loopback.json");
+  Outcome outcome = run(kBinary + " run --transport loopback --ranks 4 --policy deepseek --tensors "
+                                  "w1:40KiB,w2:20000,scale:256" + kSmall + " --json " + json);
+  expect_all_verified(outcome, json, 2);
+  auto parsed = read_json(json);
+  ASSERT_EQ(parsed["tensors"].size(), 3u);
+  EXPECT_EQ(parsed["tensors"][1]["bytes"], 20000);
+  std::remove(json.c_str());
+}
+
+TEST(RunCommand, BadOptionsFailWithOneClearLine) {
+  Outcome bad_tensors = run(kBinary + " run --transport loopback --tensors a:4,a:8");
+  EXPECT_EQ(bad_tensors.exit_code, 2) << bad_tensors.output;
+  EXPECT_NE(bad_tensors.output.find("--tensors names 'a' twice"), std::string::npos) << bad_tensors.output;
+  Outcome bad_topology = run(kBinary + " run --transport loopback --replicas 70");
+  EXPECT_EQ(bad_topology.exit_code, 2) << bad_topology.output;
+  Outcome missing_trace = run(kBinary + " run --transport loopback --trace /nonexistent/trace.npy");
+  EXPECT_NE(missing_trace.exit_code, 0);
+  EXPECT_NE(missing_trace.output.find("/nonexistent/trace.npy"), std::string::npos) << missing_trace.output;
+}
+
+TEST(RunCommand, InjectedErrorsAreRetriedAndTheRunCompletes) {
+  std::string json = temp_path("inject_err.json");
+  Outcome outcome = run(kBinary + " run --transport loopback --ranks 4 --retries 10 --inject err=0.1,seed=3" +
+                        kSmall + " --json " + json);
+  expect_all_verified(outcome, json, 2);
+  auto parsed = read_json(json);
+  int retries = 0;
+  for (const auto& round : parsed["rounds"]) retries += round["retries"].get<int>();
+  EXPECT_GT(retries, 0) << outcome.output;
+  std::remove(json.c_str());
+}
+
+TEST(RunCommand, StalledTransfersAbortCleanlyWithinTheDeadline) {
+  if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
+  std::string json = temp_path("stall.json");
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 0.5 --retries 1 --inject stall=1" + kSmall +
+                        " --json " + json);
+  EXPECT_NE(outcome.exit_code, 0) << outcome.output;
+  EXPECT_LT(outcome.seconds, 30) << outcome.output;
+  EXPECT_NE(outcome.output.find("aborted after 2 attempt(s)"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("still in progress at the deadline"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("kept its old placement on every rank"), std::string::npos) << outcome.output;
+  // Every rank states its committed state and that it verified.
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_NE(outcome.output.find("rank " + std::to_string(rank) + ": round 1 stopped"), std::string::npos)
+        << outcome.output;
+  EXPECT_NE(outcome.output.find("slots verified byte for byte against that mapping"), std::string::npos);
+  auto parsed = read_json(json);
+  ASSERT_FALSE(parsed.is_discarded());
+  EXPECT_EQ(parsed["all_verified"], false);
+  EXPECT_EQ(parsed["rounds"][0]["verified"], true);  // what was committed verified
+  std::remove(json.c_str());
+}
+
+TEST(RunCommand, KilledRankMakesTheOthersStopWithinTheDeadline) {
+  if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 2" + kSmall, "EPLB_TEST_KILL_RANK_AT_LAYER=2:1");
+  EXPECT_NE(outcome.exit_code, 0) << outcome.output;
+  EXPECT_LT(outcome.seconds, 40) << outcome.output;
+  EXPECT_NE(outcome.output.find("rank 2"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("migration stopped on rank"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("layer 1"), std::string::npos) << outcome.output;
+  // The survivors report their committed state, verified.
+  EXPECT_NE(outcome.output.find("slots verified byte for byte against that mapping"), std::string::npos)
+      << outcome.output;
+}
+
+TEST(RunCommand, MpirunStartsTheRanks) {
+  if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  std::string json = temp_path("mpi.json");
+  Outcome outcome = run("mpirun --allow-run-as-root --oversubscribe -np 4 " + kBinary +
+                            " run --bootstrap mpi --nodes 2" + kSmall + " --json " + json,
+                        "", 120);
+  expect_all_verified(outcome, json, 2);
+  auto parsed = read_json(json);
+  EXPECT_EQ(parsed["bootstrap"], "mpi");
+  EXPECT_EQ(parsed["topology"]["ranks"], 4);
+  std::remove(json.c_str());
+}
+
+TEST(RunCommand, RanksWithDifferentInputsAreRefusedBeforeAnythingMoves) {
+  if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
+  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  const std::string common = " run --bootstrap mpi --nodes 2" + kSmall;
+  const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 " + kBinary + common + " : -np 2 " +
+                             kBinary + common;
+  Outcome policy = run(mpirun + " --policy relabel", "", 60);
+  EXPECT_NE(policy.exit_code, 0) << policy.output;
+  EXPECT_NE(policy.output.find("before any byte moved: rank 2 has policy = 'relabel', rank 0 has 'deepseek'"),
+            std::string::npos)
+      << policy.output;
+  Outcome layout = run(mpirun + " --tensors a:40000,b:25536", "", 60);
+  EXPECT_NE(layout.exit_code, 0) << layout.output;
+  EXPECT_NE(layout.output.find("rank 2 has expert layout"), std::string::npos) << layout.output;
+  EXPECT_NE(layout.output.find("a:40000,b:25536"), std::string::npos) << layout.output;
+  EXPECT_NE(layout.output.find("gate_up:43520"), std::string::npos) << layout.output;
+}
+
+}  // namespace

@@ -85,15 +85,7 @@ class LocalGroup final : public ProcessGroup {
                     std::vector<std::string>* reasons) override {
     EPLB_ASSIGN_OR_RETURN(std::vector<std::string> votes,
                           collective(MessageKind::Vote, bootstrap::encode_vote(yes, reason), deadline));
-    bool all_yes = true;
-    if (reasons) reasons->assign(votes.size(), std::string());
-    for (size_t r = 0; r < votes.size(); ++r) {
-      auto decoded = bootstrap::decode_vote(votes[r]);
-      if (!decoded.is_ok()) return decoded.status().with_context("vote of rank " + std::to_string(r));
-      all_yes = all_yes && decoded->yes;
-      if (reasons) (*reasons)[r] = std::move(decoded->reason);
-    }
-    return all_yes;
+    return bootstrap::tally_votes(votes, reasons);
   }
 
   Status join_as_hub(const std::string& dir, Deadline deadline);

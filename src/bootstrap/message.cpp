@@ -278,4 +278,16 @@ Result<AbortNotice> decode_abort(std::string_view payload) {
   return AbortNotice{static_cast<Code>(code), std::string(payload.substr(1))};
 }
 
+Result<bool> tally_votes(std::vector<std::string>& votes, std::vector<std::string>* reasons) {
+  bool all_yes = true;
+  if (reasons) reasons->assign(votes.size(), std::string());
+  for (size_t r = 0; r < votes.size(); ++r) {
+    auto vote = decode_vote(votes[r]);
+    if (!vote.is_ok()) return vote.status().with_context("vote of rank " + std::to_string(r));
+    all_yes = all_yes && vote->yes;
+    if (reasons) (*reasons)[r] = std::move(vote->reason);
+  }
+  return all_yes;
+}
+
 }  // namespace eplb::bootstrap

@@ -112,6 +112,9 @@ struct Vote {
   std::string reason;
 };
 Result<Vote> decode_vote(std::string_view payload);
+// Decodes every rank's encoded vote: true when all voted yes. `reasons`
+// (optional) receives each rank's reason. A malformed vote names its rank.
+Result<bool> tally_votes(std::vector<std::string>& votes, std::vector<std::string>* reasons);
 
 // An abort: u8 status code + the message bytes.
 std::string encode_abort(const Status& status);

@@ -165,15 +165,7 @@ class MpiGroup final : public ProcessGroup {
                     std::vector<std::string>* reasons) override {
     EPLB_ASSIGN_OR_RETURN(std::vector<std::string> votes,
                           collective(MessageKind::Vote, bootstrap::encode_vote(yes, reason), deadline));
-    bool all_yes = true;
-    if (reasons) reasons->assign(votes.size(), std::string());
-    for (size_t r = 0; r < votes.size(); ++r) {
-      auto vote = bootstrap::decode_vote(votes[r]);
-      if (!vote.is_ok()) return vote.status().with_context("vote of rank " + std::to_string(r));
-      all_yes = all_yes && vote->yes;
-      if (reasons) (*reasons)[r] = std::move(vote->reason);
-    }
-    return all_yes;
+    return bootstrap::tally_votes(votes, reasons);
   }
 
  private:

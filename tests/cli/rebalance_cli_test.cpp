@@ -10,45 +10,17 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../support/cli_support.h"
 #include "eplb/placement_io.h"
 
 namespace eplb {
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string output;
-};
+using testing_support::CliRun;
+using testing_support::run_eplb;
+using testing_support::slurp;
 
-CliRun run_eplb(const std::string& arguments, bool with_stderr = true) {
-  std::string command = std::string(EPLB_BINARY_DIR) + "/eplb " + arguments + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  CliRun result{-1, ""};
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, got);
-  int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-class RebalanceCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/eplb_rebalance_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string file(const std::string& name) const { return dir_ + "/" + name; }
-  std::string dir_;
-};
+class RebalanceCli : public testing_support::TempDirTest {};
 
 nlohmann::json worked_example() {
   return nlohmann::json::parse(slurp(std::string(EPLB_SOURCE_DIR) + "/tests/data/reference/deepseek_readme_example.json"));

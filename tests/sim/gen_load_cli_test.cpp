@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "../support/cli_support.h"
 #include "eplb/placement_io.h"
 #include "eplb/sim.h"
 #include <algorithm>
@@ -15,40 +16,11 @@
 namespace eplb {
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string output;
-};
+using testing_support::CliRun;
+using testing_support::run_eplb;
+using testing_support::slurp;
 
-CliRun run_eplb(const std::string& arguments) {
-  std::string command = std::string(EPLB_BINARY_DIR) + "/eplb " + arguments + " 2>&1";
-  CliRun result{-1, ""};
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, got);
-  int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-class GenLoadCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/eplb_gen_load_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string file(const std::string& name) const { return dir_ + "/" + name; }
-  std::string dir_;
-};
+class GenLoadCli : public testing_support::TempDirTest {};
 
 TEST_F(GenLoadCli, SameSeedSameBytesInEveryFormat) {
   for (const char* extension : {"npy", "csv", "json"}) {

@@ -6,7 +6,7 @@
 #
 # Usage: bench/fault_matrix.sh [BUILD_DIR] [SCENARIO...]
 #   BUILD_DIR defaults to build/ (needs build/eplb); SCENARIO ids: 1 2 3 4a 4b
-#   5 6 7 8a 8b 8c 9a 9b 10a 10b (default: all).
+#   5 6 7 8a 8b 8c 9a 9b 10a 10b 10c (default: all).
 # Exit status: 0 when every row meets the requirement of issue 6 (no hang,
 # no inconsistent slot, expected outcome), 1 otherwise.
 #
@@ -34,6 +34,10 @@ mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe)
 # Malformed inputs for scenario 10.
 printf '0,0,0,12\n0,0,1,1e999x\n' >"$work/bad_trace.csv"
 printf '\x93NUMPY\x01\x00\xff\xff{garbage' >"$work/bad_trace.npy"
+# A placement file (as `eplb rebalance --out` writes it) with one slot naming expert 999.
+"$eplb" rebalance --preset tiny --out "$work/placement.json" >/dev/null 2>&1
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["phy2log"][1][3]=999; json.dump(d,open(sys.argv[2],"w"))' \
+  "$work/placement.json" "$work/bad_placement.json"
 
 rows=()
 details=()
@@ -51,7 +55,9 @@ run_case() {
   local start end rc
   start=$(date +%s.%N)
   # stderr lines get a timestamp so the first one tells when the error was detected.
-  env $environment timeout -s KILL "$limit" "$@" --json "$json" >"$out" \
+  local json_flag=(--json "$json")
+  [[ " $* " == *" rebalance "* ]] && json_flag=()  # only `eplb run` writes --json
+  env $environment timeout -s KILL "$limit" "$@" "${json_flag[@]}" >"$out" \
     2> >(while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$err")
   rc=$?
   end=$(date +%s.%N)
@@ -104,8 +110,8 @@ run_case() {
   [[ "$consistent" == NO || "$consistent" == unknown ]] && verdict=FAIL
   [[ $verdict == ok ]] || failures=$((failures + 1))
   details+=("== $id $name (exit $rc, ${total} s):" "$(cut -d' ' -f2- "$err" | head -n 6 | cut -c1-600)")
-  rows+=("$(printf '%-4s|%-34s|%-24s|%-8s|%-5s|%-15s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "$hang" "$consistent" "$verdict" "${first:0:400}")")
-  printf 'fault_matrix: %-4s %-34s rc=%d %ss %s\n' "$id" "$name" "$rc" "$total" "$outcome" >&2
+  rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-5s|%-15s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "$hang" "$consistent" "$verdict" "${first:0:400}")")
+  printf 'fault_matrix: %-4s %-42s rc=%d %ss %s\n' "$id" "$name" "$rc" "$total" "$outcome" >&2
 }
 
 wanted=("$@")
@@ -142,9 +148,11 @@ if command -v mpirun >/dev/null; then
 fi
 run_case 10a "malformed trace (CSV)" refuse 60 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.csv"
 run_case 10b "malformed trace (.npy)" refuse 60 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.npy"
+# `eplb run` takes no placement file; the placement reader is `eplb rebalance --current`.
+run_case 10c "malformed placement (rebalance --current)" refuse 60 "" "$eplb" rebalance --preset tiny --current "$work/bad_placement.json"
 
 echo
-printf '%-4s|%-34s|%-24s|%-8s|%-5s|%-15s|%-6s|%s\n' id scenario outcome detect hang consistent req "error (first stderr line after the ranks' state lines)"
+printf '%-4s|%-42s|%-24s|%-8s|%-5s|%-15s|%-6s|%s\n' id scenario outcome detect hang consistent req "error (first stderr line after the ranks' state lines)"
 for row in "${rows[@]}"; do echo "$row"; done
 echo
 if [[ -n "${FAULT_MATRIX_DETAILS:-}" ]]; then

@@ -10,10 +10,14 @@
 # Exit status: 0 when every row meets the requirement of issue 6 (no hang,
 # no inconsistent slot, expected outcome), 1 otherwise.
 #
+# Limits (timeout -s KILL): the scenario's own deadlines plus a margin: 20 s for
+# bad input, 30 s for a run with 1-2 s transfer deadlines (a frozen rank: 12 s
+# vote deadline + 5 s launcher grace), 60 s for retried runs and mpirun.
 # Columns:
 #   outcome     completed | retried+completed | aborted cleanly | refused before moving | HANG | UNEXPECTED
 #   detect      seconds from start to the first line on stderr; "-" when none
 #   error       the first line of stderr that is not a rank's state line (the error the user reads)
+#   total       wall time of the whole run (launcher included: it kills a frozen rank after its grace)
 #   hang        yes when `timeout` had to kill the run (limit = scenario deadline + margin)
 #   consistent  yes: eplb's own final verification passed on every (surviving) rank
 #               (--json all_verified, or every survivor's "... slots verified byte for byte
@@ -110,49 +114,49 @@ run_case() {
   [[ "$consistent" == NO || "$consistent" == unknown ]] && verdict=FAIL
   [[ $verdict == ok ]] || failures=$((failures + 1))
   details+=("== $id $name (exit $rc, ${total} s):" "$(cut -d' ' -f2- "$err" | head -n 6 | cut -c1-600)")
-  rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-5s|%-15s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "$hang" "$consistent" "$verdict" "${first:0:400}")")
+  rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "${total} s" "$hang" "$consistent" "$verdict" "${first:0:400}")")
   printf 'fault_matrix: %-4s %-42s rc=%d %ss %s\n' "$id" "$name" "$rc" "$total" "$outcome" >&2
 }
 
 wanted=("$@")
 base=("$eplb" run --ranks 4 --nodes 2)
 
-run_case 1 "errors 1% (err=0.01)" complete 120 "" \
+run_case 1 "errors 1% (err=0.01)" complete 60 "" \
   "${base[@]}" $(shape 16 4) --retries 5 --timeout 2 --inject err=0.01,seed=1
-run_case 2 "stalls 0.5% (stall=0.005)" complete 120 "" \
+run_case 2 "stalls 0.5% (stall=0.005)" complete 60 "" \
   "${base[@]}" $(shape 16 4) --retries 5 --timeout 1 --inject stall=0.005,seed=2
-run_case 3 "corruption 0.5% (corrupt=0.005)" complete 120 "" \
+run_case 3 "corruption 0.5% (corrupt=0.005)" complete 60 "" \
   "${base[@]}" $(shape 16 4) --retries 5 --timeout 2 --inject corrupt=0.005,seed=3
-run_case 4a "delay 200 ms < deadline 2 s" complete 120 "" \
+run_case 4a "delay 200 ms < deadline 2 s" complete 30 "" \
   "${base[@]}" $(shape 4 2) --retries 3 --timeout 2 --inject delay_ms=200
-run_case 4b "delay 3 s > deadline 1 s" abort 120 "" \
+run_case 4b "delay 3 s > deadline 1 s" abort 30 "" \
   "${base[@]}" $(shape 4 2) --retries 1 --timeout 1 --inject delay_ms=3000
-run_case 5 "peer disconnects (disconnect_after=20)" abort 120 "" \
+run_case 5 "peer disconnects (disconnect_after=20)" abort 30 "" \
   "${base[@]}" $(shape 8 3) --retries 3 --timeout 2 --inject disconnect_after=20
-run_case 6 "rank 2 SIGKILL mid layer 1" abort 120 "EPLB_TEST_SIGNAL=2:1:KILL" \
+run_case 6 "rank 2 SIGKILL mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:KILL" \
   "${base[@]}" $(shape 4 2) --retries 3 --timeout 2
-run_case 7 "rank 2 SIGSTOP mid layer 1" abort 120 "EPLB_TEST_SIGNAL=2:1:STOP" \
+run_case 7 "rank 2 SIGSTOP mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:STOP" \
   "${base[@]}" $(shape 4 2) --retries 3 --timeout 2
 if command -v mpirun >/dev/null; then
   common=("$eplb" run --bootstrap mpi --nodes 2 --experts 16 --replicas 24 --rounds 2 --window 10)
-  run_case 8a "layouts differ: bytes per expert" refuse 120 "" \
+  run_case 8a "layouts differ: bytes per expert" refuse 60 "" \
     "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 32KiB
-  run_case 8b "layouts differ: tensors" refuse 120 "" \
+  run_case 8b "layouts differ: tensors" refuse 60 "" \
     "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB --tensors a:40000,b:25536
-  run_case 8c "layouts differ: layers" refuse 120 "" \
+  run_case 8c "layouts differ: layers" refuse 60 "" \
     "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 3 --groups 4 --bytes-per-expert 64KiB
-  run_case 9a "topologies differ: groups" refuse 120 "" \
+  run_case 9a "topologies differ: groups" refuse 60 "" \
     "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 2 --bytes-per-expert 64KiB
-  run_case 9b "policies differ" refuse 120 "" \
+  run_case 9b "policies differ" refuse 60 "" \
     "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB --policy relabel
 fi
-run_case 10a "malformed trace (CSV)" refuse 60 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.csv"
-run_case 10b "malformed trace (.npy)" refuse 60 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.npy"
+run_case 10a "malformed trace (CSV)" refuse 20 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.csv"
+run_case 10b "malformed trace (.npy)" refuse 20 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.npy"
 # `eplb run` takes no placement file; the placement reader is `eplb rebalance --current`.
-run_case 10c "malformed placement (rebalance --current)" refuse 60 "" "$eplb" rebalance --preset tiny --current "$work/bad_placement.json"
+run_case 10c "malformed placement (rebalance --current)" refuse 20 "" "$eplb" rebalance --preset tiny --current "$work/bad_placement.json"
 
 echo
-printf '%-4s|%-42s|%-24s|%-8s|%-5s|%-15s|%-6s|%s\n' id scenario outcome detect hang consistent req "error (first stderr line after the ranks' state lines)"
+printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s\n' id scenario outcome detect total hang consistent req "error (first stderr line after the ranks' state lines)"
 for row in "${rows[@]}"; do echo "$row"; done
 echo
 if [[ -n "${FAULT_MATRIX_DETAILS:-}" ]]; then

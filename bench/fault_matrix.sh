@@ -112,6 +112,11 @@ run_case() {
     refuse) [[ $rc != 0 && $hang == no && "$outcome" == "refused before moving" ]] || verdict=FAIL ;;
   esac
   [[ "$consistent" == NO || "$consistent" == unknown ]] && verdict=FAIL
+  # With a sanitizer build (bench/fault_matrix.sh build-asan) any report fails the row.
+  if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|runtime error:|WARNING: ThreadSanitizer' "$err" "$out"; then
+    verdict=FAIL
+    outcome="$outcome +SANITIZER"
+  fi
   [[ $verdict == ok ]] || failures=$((failures + 1))
   details+=("== $id $name (exit $rc, ${total} s):" "$(cut -d' ' -f2- "$err" | head -n 6 | cut -c1-600)")
   rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "${total} s" "$hang" "$consistent" "$verdict" "${first:0:400}")")

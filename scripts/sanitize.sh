@@ -21,7 +21,12 @@ case "$mode" in
     ;;
   tsan)
     dir="$root/build-tsan"
-    bash "$root/scripts/build.sh" "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    # Only the CLI and the test executables of directories labelled concurrent.
+    targets="eplb"
+    for labels in "$root"/tests/*/LABELS; do
+      if grep -qw concurrent "$labels"; then targets+=" test_$(basename "$(dirname "$labels")")"; fi
+    done
+    EPLB_BUILD_TARGETS="$targets" bash "$root/scripts/build.sh" "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DEPLB_SANITIZE=thread -DEPLB_BUILD_BENCH=OFF
     export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
     # Every test binary links UCX (eplb_all -> eplb_xfer). libucm's madvise hook

@@ -13,4 +13,7 @@ if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
 else
   cmake -S "$root" -B "$build_dir" "$@" >/dev/null
 fi
-cmake --build "$build_dir" --parallel "${EPLB_JOBS:-$(nproc)}"
+# EPLB_BUILD_TARGETS="t1 t2": build only these targets (default: all).
+targets=()
+for target in ${EPLB_BUILD_TARGETS:-}; do targets+=(--target "$target"); done
+cmake --build "$build_dir" --parallel "${EPLB_JOBS:-$(nproc)}" "${targets[@]}"

@@ -123,15 +123,27 @@ void set_ucx_transports(const std::string& transport) {
   if (transport == "tcp") setenv("UCX_TLS", "tcp,self", 1);
 }
 
-// Test hook: EPLB_TEST_KILL_RANK_AT_LAYER="R:L" makes rank R SIGKILL itself
-// when it starts layer L (first attempt), to test how survivors react.
+// Test-only hooks (fault matrix, tests/faults, tests/migrate):
+//   EPLB_TEST_KILL_RANK_AT_LAYER="R:L"  rank R SIGKILLs itself when it starts
+//                                       layer L (first attempt);
+//   EPLB_TEST_SIGNAL="R:L:KILL|STOP"    rank R raises SIGKILL or SIGSTOP on
+//                                       itself when it starts layer L (first
+//                                       attempt): a dead or a frozen rank.
 void install_test_hooks(RunOptions& options, int rank) {
-  const char* spec = std::getenv("EPLB_TEST_KILL_RANK_AT_LAYER");
-  if (!spec) return;
-  int kill_rank = -1, kill_layer = -1;
-  if (std::sscanf(spec, "%d:%d", &kill_rank, &kill_layer) != 2 || kill_rank != rank) return;
-  options.migrate.before_attempt = [kill_layer](int layer, int attempt) {
-    if (layer == kill_layer && attempt == 0) std::raise(SIGKILL);
+  int target_rank = -1, target_layer = -1, signal_number = SIGKILL;
+  if (const char* spec = std::getenv("EPLB_TEST_KILL_RANK_AT_LAYER")) {
+    if (std::sscanf(spec, "%d:%d", &target_rank, &target_layer) != 2) return;
+  } else if (const char* spec = std::getenv("EPLB_TEST_SIGNAL")) {
+    char name[8] = {0};
+    if (std::sscanf(spec, "%d:%d:%7s", &target_rank, &target_layer, name) != 3) return;
+    if (std::string(name) == "STOP") signal_number = SIGSTOP;
+    else if (std::string(name) != "KILL") return;
+  } else {
+    return;
+  }
+  if (target_rank != rank) return;
+  options.migrate.before_attempt = [target_layer, signal_number](int layer, int attempt) {
+    if (layer == target_layer && attempt == 0) std::raise(signal_number);
   };
 }
 

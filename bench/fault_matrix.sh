@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Fault matrix (issue 6): runs `eplb run` with 4 ranks (small shapes, default
+# transport: UCX over shared memory) under each failure scenario and prints
+# one table: scenario, outcome, time to detect, hang, slots consistent, and
+# the first line of stderr the user sees.
+#
+# Usage: bench/fault_matrix.sh [BUILD_DIR] [SCENARIO...]
+#   BUILD_DIR defaults to build/ (needs build/eplb); SCENARIO ids: 1 2 3 4a 4b
+#   5 6 7 8a 8b 8c 9a 9b 10a 10b 10c (default: all).
+# Exit status: 0 when every row meets the requirement of issue 6 (no hang,
+# no inconsistent slot, expected outcome), 1 otherwise.
+#
+# Limits (timeout -s KILL): the scenario's own deadlines plus a margin: 20 s for
+# bad input, 30 s for a run with 1-2 s transfer deadlines (a frozen rank: 12 s
+# vote deadline + 5 s launcher grace), 60 s for retried runs and mpirun.
+# Columns:
+#   outcome     completed | retried+completed | aborted cleanly | refused before moving | HANG | UNEXPECTED
+#   detect      seconds from start to the first line on stderr; "-" when none
+#   error       the first line of stderr that is not a rank's state line (the error the user reads)
+#   total       wall time of the whole run (launcher included: it kills a frozen rank after its grace)
+#   hang        yes when `timeout` had to kill the run (limit = scenario deadline + margin)
+#   consistent  yes: eplb's own final verification passed on every (surviving) rank
+#               (--json all_verified, or every survivor's "... slots verified byte for byte
+#               against that mapping" line); n/a: refused before any byte moved
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+shift || true
+eplb="$build/eplb"
+[[ -x "$eplb" ]] || { echo "fault_matrix: $eplb not built (cmake --build build --target eplb)" >&2; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# shape LAYERS ROUNDS: the small model every scenario uses.
+shape() { echo "--layers $1 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds $2 --window 10"; }
+mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe)
+
+# Malformed inputs for scenario 10.
+printf '0,0,0,12\n0,0,1,1e999x\n' >"$work/bad_trace.csv"
+printf '\x93NUMPY\x01\x00\xff\xff{garbage' >"$work/bad_trace.npy"
+# A placement file (as `eplb rebalance --out` writes it) with one slot naming expert 999.
+"$eplb" rebalance --preset tiny --out "$work/placement.json" >/dev/null 2>&1
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["phy2log"][1][3]=999; json.dump(d,open(sys.argv[2],"w"))' \
+  "$work/placement.json" "$work/bad_placement.json"
+
+rows=()
+details=()
+failures=0
+
+# run_case ID NAME EXPECT LIMIT ENV COMMAND...
+#   EXPECT: complete (completed, possibly after retries) | abort (non-zero exit, clean) |
+#           refuse (non-zero exit before any byte moved)
+run_case() {
+  local id="$1" name="$2" expect="$3" limit="$4" environment="$5"
+  shift 5
+  if ((${#wanted[@]})) && [[ ! " ${wanted[*]} " =~ " $id " ]]; then return; fi
+  local json="$work/$id.json" out="$work/$id.out" err="$work/$id.err"
+  rm -f "$json"
+  local start end rc
+  start=$(date +%s.%N)
+  # stderr lines get a timestamp so the first one tells when the error was detected.
+  local json_flag=(--json "$json")
+  [[ " $* " == *" rebalance "* ]] && json_flag=()  # only `eplb run` writes --json
+  env $environment timeout -s KILL "$limit" "$@" "${json_flag[@]}" >"$out" \
+    2> >(while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$err")
+  rc=$?
+  end=$(date +%s.%N)
+  sleep 0.2  # let the stderr stamper drain
+  local total detect first hang=no consistent outcome verdict=ok
+  total=$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}')
+  if [[ -s "$err" ]]; then
+    detect=$(head -n1 "$err" | awk -v a="$start" '{printf "%.1f s", $1-a}')
+    # The error itself: the first stderr line that is not a rank's state
+    # line ("eplb: rank N: round K stopped; ..."), which the survivors print
+    # first; the state lines feed the `consistent` column.
+    first=$( (grep -v '^[0-9.]* eplb: rank [0-9]*: round [0-9]* stopped' "$err" || true) | head -n1 | cut -d' ' -f2-)
+    [[ -n "$first" ]] || first=$(head -n1 "$err" | cut -d' ' -f2-)
+  else
+    detect="-"
+    first="(nothing on stderr)"
+  fi
+  if ((rc == 137)); then hang=yes; fi
+  local all_verified="" retries=0
+  if [[ -s "$json" ]]; then
+    all_verified=$(python3 -c 'import json,sys; print(str(json.load(open(sys.argv[1]))["all_verified"]).lower())' "$json" 2>/dev/null)
+    retries=$(python3 -c 'import json,sys; print(sum(r.get("retries",0) for r in json.load(open(sys.argv[1]))["rounds"]))' "$json" 2>/dev/null || echo 0)
+  fi
+  if ((rc == 0)); then
+    [[ "$all_verified" == true ]] && consistent=yes || consistent=NO
+    if ((retries > 0)); then outcome="retried+completed ($retries)"; else outcome=completed; fi
+  elif [[ $hang == yes ]]; then
+    outcome=HANG
+    consistent=unknown
+  else
+    local stopped verified_lines
+    stopped=$(grep -c 'round [0-9]* stopped' "$err" || true)
+    verified_lines=$(grep -c 'slots verified byte for byte against that mapping' "$err" || true)
+    if grep -q 'VERIFICATION FAILED' "$err"; then
+      consistent=NO
+    elif ((stopped > 0)) && ((verified_lines == stopped)); then
+      consistent="yes ($verified_lines ranks)"
+    elif ((stopped == 0)); then
+      consistent="n/a"
+    else
+      consistent=NO
+    fi
+    if ((stopped == 0)); then outcome="refused before moving"; else outcome="aborted cleanly"; fi
+  fi
+  case "$expect" in
+    complete) [[ $rc == 0 ]] || verdict=FAIL ;;
+    abort) [[ $rc != 0 && $hang == no && "$outcome" == "aborted cleanly" ]] || verdict=FAIL ;;
+    refuse) [[ $rc != 0 && $hang == no && "$outcome" == "refused before moving" ]] || verdict=FAIL ;;
+  esac
+  [[ "$consistent" == NO || "$consistent" == unknown ]] && verdict=FAIL
+  # With a sanitizer build (bench/fault_matrix.sh build-asan) any report fails the row.
+  if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|runtime error:|WARNING: ThreadSanitizer' "$err" "$out"; then
+    verdict=FAIL
+    outcome="$outcome +SANITIZER"
+  fi
+  [[ $verdict == ok ]] || failures=$((failures + 1))
+  details+=("== $id $name (exit $rc, ${total} s):" "$(cut -d' ' -f2- "$err" | head -n 6 | cut -c1-600)")
+  rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "${total} s" "$hang" "$consistent" "$verdict" "${first:0:400}")")
+  printf 'fault_matrix: %-4s %-42s rc=%d %ss %s\n' "$id" "$name" "$rc" "$total" "$outcome" >&2
+}
+
+wanted=("$@")
+base=("$eplb" run --ranks 4 --nodes 2)
+
+run_case 1 "errors 1% (err=0.01)" complete 60 "" \
+  "${base[@]}" $(shape 16 4) --retries 5 --timeout 2 --inject err=0.01,seed=1
+run_case 2 "stalls 0.5% (stall=0.005)" complete 60 "" \
+  "${base[@]}" $(shape 16 4) --retries 5 --timeout 1 --inject stall=0.005,seed=2
+run_case 3 "corruption 0.5% (corrupt=0.005)" complete 60 "" \
+  "${base[@]}" $(shape 16 4) --retries 5 --timeout 2 --inject corrupt=0.005,seed=3
+run_case 4a "delay 200 ms < deadline 2 s" complete 30 "" \
+  "${base[@]}" $(shape 4 2) --retries 3 --timeout 2 --inject delay_ms=200
+run_case 4b "delay 3 s > deadline 1 s" abort 30 "" \
+  "${base[@]}" $(shape 4 2) --retries 1 --timeout 1 --inject delay_ms=3000
+run_case 5 "peer disconnects (disconnect_after=20)" abort 30 "" \
+  "${base[@]}" $(shape 8 3) --retries 3 --timeout 2 --inject disconnect_after=20
+run_case 6 "rank 2 SIGKILL mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:KILL" \
+  "${base[@]}" $(shape 4 2) --retries 3 --timeout 2
+run_case 7 "rank 2 SIGSTOP mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:STOP" \
+  "${base[@]}" $(shape 4 2) --retries 3 --timeout 2
+if command -v mpirun >/dev/null; then
+  common=("$eplb" run --bootstrap mpi --nodes 2 --experts 16 --replicas 24 --rounds 2 --window 10)
+  run_case 8a "layouts differ: bytes per expert" refuse 60 "" \
+    "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 32KiB
+  run_case 8b "layouts differ: tensors" refuse 60 "" \
+    "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB --tensors a:40000,b:25536
+  run_case 8c "layouts differ: layers" refuse 60 "" \
+    "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 3 --groups 4 --bytes-per-expert 64KiB
+  run_case 9a "topologies differ: groups" refuse 60 "" \
+    "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 2 --bytes-per-expert 64KiB
+  run_case 9b "policies differ" refuse 60 "" \
+    "${mpirun_cmd[@]}" -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB : -np 2 "${common[@]}" --layers 4 --groups 4 --bytes-per-expert 64KiB --policy relabel
+fi
+run_case 10a "malformed trace (CSV)" refuse 20 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.csv"
+run_case 10b "malformed trace (.npy)" refuse 20 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.npy"
+# `eplb run` takes no placement file; the placement reader is `eplb rebalance --current`.
+run_case 10c "malformed placement (rebalance --current)" refuse 20 "" "$eplb" rebalance --preset tiny --current "$work/bad_placement.json"
+
+echo
+printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s\n' id scenario outcome detect total hang consistent req "error (first stderr line after the ranks' state lines)"
+for row in "${rows[@]}"; do echo "$row"; done
+echo
+if [[ -n "${FAULT_MATRIX_DETAILS:-}" ]]; then
+  echo "stderr of each scenario (first 6 lines):"
+  for line in "${details[@]}"; do echo "$line"; done
+  echo
+fi
+if ((failures)); then
+  echo "fault_matrix: $failures row(s) do not meet the requirement"
+  exit 1
+fi
+echo "fault_matrix: every row meets the requirement (no hang, no inconsistent slot, expected outcome)"

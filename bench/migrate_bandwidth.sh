@@ -5,7 +5,8 @@
 # local copies, verification, vote and commit, on all ranks in parallel;
 # bytes are everything moved (local copies + reads within + across nodes).
 # Target: ratio >= 0.5.
-# Usage: bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
+# Usage: [LAYERS=4] [ROUNDS=5] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
+# Prints one row per round and the median, mean and lowest ratio.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
@@ -15,7 +16,7 @@ if [[ ! -x "$build/eplb" || ! -x "$build/bench/memcpy_bench" ]]; then
 fi
 json="$(mktemp /tmp/eplb_bandwidth.XXXXXX.json)"
 trap 'rm -f "$json"' EXIT
-"$build/eplb" run --ranks 4 --nodes 2 --bytes-per-expert 8MiB --layers "${LAYERS:-4}" --rounds "${ROUNDS:-3}" \
+"$build/eplb" run --ranks 4 --nodes 2 --bytes-per-expert 8MiB --layers "${LAYERS:-4}" --rounds "${ROUNDS:-5}" \
   --json "$json" "$@" >/dev/null
 python3 - "$json" "$build/bench/memcpy_bench" <<'PY'
 import json, subprocess, sys
@@ -35,6 +36,8 @@ for r in report["rounds"]:
     ratios.append(ratio)
     print("%-5d  %7.2f GiB  %7.2f s  %14.2f  %14.2f  %6.2f" % (r["round"], moved / 2**30, seconds, migrate_gbs,
                                                                 memcpy_gbs, ratio))
-print("all slots verified: %s; mean ratio %.2f (target >= 0.5)" %
-      ("yes" if report["all_verified"] else "NO", sum(ratios) / max(len(ratios), 1)))
+median = sorted(ratios)[len(ratios) // 2] if ratios else 0.0
+print("all slots verified: %s; median ratio %.2f, mean %.2f, lowest %.2f (target >= 0.5)" %
+      ("yes" if report["all_verified"] else "NO", median, sum(ratios) / max(len(ratios), 1),
+       min(ratios) if ratios else 0.0))
 PY

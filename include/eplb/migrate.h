@@ -15,11 +15,15 @@
 //   memory map and refuses a mismatch (Mismatch naming the rank, layer,
 //   tensor and both sizes) before any byte moves.
 // - Migrator::migrate is collective and moves layer by layer. Per layer:
-//   plan_layer (same plan on every rank); sources checksum (XXH3-64) every
-//   row a peer will read and allgather the checksums; READs (one request per
+//   plan_layer (same plan on every rank); sources publish the checksum
+//   (XXH3-64; computed once, then remembered by the store and carried over
+//   from verified reads at commit) of every row a peer will read and
+//   allgather them; READs (one request per
 //   source rank) and local copies land in staging; wait with a deadline;
-//   verify every received row; unanimous vote; yes -> staging is copied into
-//   the live rows and the layer's mapping in `current` switches; no ->
+//   verify every received row; unanimous vote; yes -> the changed live rows
+//   are written (from staging, or, for a local copy of a row that stays put,
+//   straight from that live row) and the layer's mapping in `current`
+//   switches; no ->
 //   staging is dropped, live rows and mapping stay as they were, the layer is
 //   retried with fresh requests up to `retries` times, then the round stops
 //   with Aborted naming the layer, ranks, peers, experts and statuses. Layers
@@ -41,6 +45,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -138,8 +143,17 @@ class ExpertStore {
   // Staging row for (local slot, tensor) when staging layer `layer`.
   uint8_t* staging_row(int layer, int local_slot, int tensor) const;
 
-  // XXH3-64 of a live row.
+  // XXH3-64 of a live row, computed now.
   uint64_t checksum(int layer, int local_slot, int tensor) const;
+  // The same, remembered: computed on first use, then kept until the row is
+  // rewritten through the store (fill_simulated, a migration commit, which
+  // records the verified checksum of what it wrote) or forget_checksums().
+  // An engine that writes live rows itself must call forget_checksums().
+  uint64_t known_checksum(int layer, int local_slot, int tensor);
+  // Cached value or nothing (no hashing).
+  std::optional<uint64_t> cached_checksum(int layer, int local_slot, int tensor) const;
+  void remember_checksum(int layer, int local_slot, int tensor, std::optional<uint64_t> value);
+  void forget_checksums();
 
   // The memory to register with the xfer Agent (live memory + staging),
   // without an arena the agent allocated (registered already).
@@ -168,6 +182,10 @@ class ExpertStore {
   xfer::RegionId agent_region_ = 0;
   uint8_t* staging_ = nullptr;
   uint64_t staging_bytes_ = 0;
+  // [layer][local slot * tensors + tensor]: XXH3 of the live row, if known.
+  std::vector<std::vector<std::optional<uint64_t>>> checksums_;
+  void reset_checksums(int layer);
+  Status finish_setup();  // staging area and checksum cache
 };
 
 // ----------------------------------------------------------- fingerprint ---

@@ -92,6 +92,12 @@ struct AgentConfig {
   // "err=0.01,stall=0.002,corrupt=0.001,delay_ms=5,disconnect_after=100,seed=7".
   std::string fault_spec;
   bool progress_thread = false;
+  // Map every region of a peer into this process eagerly when its metadata
+  // is loaded (UCX shared memory: page tables populated up front, about
+  // 0.1 s per GiB once, instead of a page fault on the first access of every
+  // 4 KiB page during transfers). For agents that will read most of their
+  // peers' memory, like expert migration; other backends ignore it.
+  bool map_peer_memory_eagerly = false;
 };
 
 struct Notification {

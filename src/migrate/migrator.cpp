@@ -8,6 +8,7 @@
 #include <cstring>
 #include <future>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -277,6 +278,27 @@ struct AttemptContext {
   int layer;
   Deadline transfer_deadline;
   LayerReport* report;
+  // Out: XXH3 of every staged row, [local slot * tensors + tensor], where
+  // known (verified reads, copies of rows with a known checksum).
+  std::vector<std::optional<uint64_t>>* staged_sums;
+};
+
+// A local copy whose source slot keeps its expert through the commit can be
+// done at commit time, straight from live row to live row (one copy instead
+// of live -> staging -> live). Copies from a slot that itself changes (a
+// swap or cycle within the rank) go through staging.
+struct CopyPlan {
+  std::vector<bool> keeps;  // [local slot]: the slot's op is Keep
+  bool deferred(const SlotOp& op, int first) const {
+    return op.action == SlotAction::LocalCopy && !op.copy_after_read && keeps[size_t(op.source_slot - first)];
+  }
+  static CopyPlan of(const RankLayerPlan& plan, int first, int slots) {
+    CopyPlan copies;
+    copies.keeps.assign(size_t(slots), false);
+    for (const auto& op : plan.slots)
+      if (op.action == SlotAction::Keep) copies.keeps[size_t(op.slot - first)] = true;
+    return copies;
+  }
 };
 
 struct PostedRead {
@@ -368,12 +390,21 @@ Status run_attempt(const AttemptContext& context) {
     }
   }
 
-  // 2. Local copies from this rank's old rows, while the READs fly.
+  // 2. Local copies from rows that change in this commit, while the READs
+  // fly (the others wait for the commit: CopyPlan).
+  auto& staged_sums = *context.staged_sums;
+  staged_sums.assign(size_t(store.slots_per_rank()) * size_t(tensors), std::nullopt);
+  auto staged = [&](int slot, int t) -> std::optional<uint64_t>& {
+    return staged_sums[size_t(slot - first) * size_t(tensors) + size_t(t)];
+  };
+  const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
   for (const auto& op : rank_plan.slots) {
-    if (op.action != SlotAction::LocalCopy || op.copy_after_read) continue;
-    for (int t = 0; t < tensors; ++t)
+    if (op.action != SlotAction::LocalCopy || op.copy_after_read || copies.deferred(op, first)) continue;
+    for (int t = 0; t < tensors; ++t) {
       std::memcpy(store.staging_row(layer, op.slot - first, t), store.row(layer, op.source_slot - first, t),
                   store.row_bytes(layer, t));
+      staged(op.slot, t) = store.cached_checksum(layer, op.source_slot - first, t);
+    }
   }
 
   // 3. Wait, with the deadline.
@@ -402,15 +433,7 @@ Status run_attempt(const AttemptContext& context) {
 
   context.report->seconds_transfer += phase.seconds();
   phase.reset();
-  // 4. Copies of experts that arrived by READ into further slots.
-  for (const auto& op : rank_plan.slots) {
-    if (op.action != SlotAction::LocalCopy || !op.copy_after_read) continue;
-    for (int t = 0; t < tensors; ++t)
-      std::memcpy(store.staging_row(layer, op.slot - first, t), store.staging_row(layer, op.source_slot - first, t),
-                  store.row_bytes(layer, t));
-  }
-
-  // 5. Verify every received row against its source's checksum.
+  // 4. Verify every received row against its source's checksum.
   std::string mismatches;
   int mismatch_count = 0;
   for (const auto& op : rank_plan.slots) {
@@ -424,6 +447,7 @@ Status run_attempt(const AttemptContext& context) {
       size_t position = found->second * size_t(tensors) + size_t(t);
       uint64_t expected = context.sums[op.source_rank][position];
       uint64_t got = XXH3_64bits(store.staging_row(layer, op.slot - first, t), store.row_bytes(layer, t));
+      staged(op.slot, t) = expected;
       if (got != expected) {
         if (++mismatch_count <= 4)
           mismatches += std::string(mismatches.empty() ? "" : "; ") + "expert " + std::to_string(op.expert) +
@@ -439,6 +463,29 @@ Status run_attempt(const AttemptContext& context) {
     return error(Code::Mismatch, where + ": checksum mismatch in " + std::to_string(mismatch_count) +
                                      " received row(s): " + mismatches);
   return Status::ok();
+}
+
+// After a unanimous vote: every changed slot's live rows get their new
+// expert (from staging, from the staged copy of a row read in this layer,
+// or straight from a kept live row), and the store remembers their
+// checksums. Nobody reads this layer's changing rows any more.
+void commit_layer(ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
+                  const std::vector<std::optional<uint64_t>>& staged_sums) {
+  const int first = store.first_slot();
+  const int tensors = int(store.layout().layers[layer].size());
+  const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
+  auto staged = [&](int slot, int t) { return staged_sums[size_t(slot - first) * size_t(tensors) + size_t(t)]; };
+  for (const auto& op : rank_plan.slots) {
+    if (op.action == SlotAction::Keep) continue;
+    const bool from_live = copies.deferred(op, first);
+    const int from = op.copy_after_read || from_live ? op.source_slot : op.slot;
+    for (int t = 0; t < tensors; ++t) {
+      const uint8_t* source = from_live ? store.row(layer, from - first, t) : store.staging_row(layer, from - first, t);
+      std::memcpy(store.row(layer, op.slot - first, t), source, store.row_bytes(layer, t));
+      store.remember_checksum(layer, op.slot - first, t,
+                              from_live ? store.cached_checksum(layer, from - first, t) : staged(from, t));
+    }
+  }
 }
 
 std::string encode_sums(const std::vector<uint64_t>& sums) {
@@ -544,13 +591,14 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
                              layer_list(committed_layers)));
     };
 
-    // Sources checksum every row a peer reads in this layer and publish them.
+    // Sources publish the checksum of every row a peer reads in this layer
+    // (remembered by the store when known, computed otherwise).
     const int tensors = state.tensors(layer);
     Stopwatch phase;
     std::vector<uint64_t> my_sums;
     my_sums.reserve(plan.slots_read_from[me].size() * size_t(tensors));
     for (int slot : plan.slots_read_from[me])
-      for (int t = 0; t < tensors; ++t) my_sums.push_back(store.checksum(layer, slot - store.first_slot(), t));
+      for (int t = 0; t < tensors; ++t) my_sums.push_back(store.known_checksum(layer, slot - store.first_slot(), t));
     std::string my_message = encode_sums(my_sums);
     auto gathered = with_progress(*state.agent, [&] {
       return state.group->allgather(my_message, Deadline::after_seconds(collective_seconds));
@@ -573,12 +621,13 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
 
     bool committed = false;
     std::string last_failure;
+    std::vector<std::optional<uint64_t>> staged_sums;
     for (int attempt = 0; attempt <= options_.retries; ++attempt) {
       if (options_.before_attempt) options_.before_attempt(layer, attempt);
       Status outcome = sums_ok;
       if (outcome) {
         AttemptContext context{*state.agent, store, state.ranks, plan, sums, sum_index, me, layer,
-                               Deadline::after_seconds(transfer_seconds), &layer_report};
+                               Deadline::after_seconds(transfer_seconds), &layer_report, &staged_sums};
         outcome = run_attempt(context);
       }
       std::vector<std::string> reasons;
@@ -593,13 +642,7 @@ RoundReport Migrator::migrate(Placement& current, const Placement& target) {
         // Unanimous: every rank's reads of this layer have landed, so no
         // peer reads these rows any more. Staging -> live, switch mapping.
         phase.reset();
-        const int first = store.first_slot();
-        for (const auto& op : plan.ranks[me].slots) {
-          if (op.action == SlotAction::Keep) continue;
-          for (int t = 0; t < tensors; ++t)
-            std::memcpy(store.row(layer, op.slot - first, t), store.staging_row(layer, op.slot - first, t),
-                        store.row_bytes(layer, t));
-        }
+        commit_layer(store, plan.ranks[me], layer, staged_sums);
         layer_report.seconds_commit += phase.seconds();
         if (Status switched = current.set_layer(layer, target, layer); !switched)
           return lost(switched, "switching the mapping");

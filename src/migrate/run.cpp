@@ -321,6 +321,8 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options) {
   config.name = options.agent_prefix + std::to_string(me);
   config.backend = options.backend;
   config.fault_spec = rank_fault_spec(options.fault_spec, me);
+  // Every rank may read any peer's rows in some round: map them up front.
+  config.map_peer_memory_eagerly = true;
   auto agent_or = xfer::Agent::create(config);
   if (!agent_or) return fail(agent_or.status().with_context("rank " + std::to_string(me) + ": creating the transfer agent"));
   agent = std::move(agent_or).value();

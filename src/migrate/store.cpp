@@ -25,6 +25,18 @@ Result<uint8_t*> map_bytes(uint64_t bytes, const char* what) {
   return static_cast<uint8_t*>(memory);
 }
 
+// The staging area is rewritten for every layer of every round: back it
+// with transparent huge pages where the kernel allows (fewer TLB misses)
+// and fault it in now rather than during the first layer's transfers.
+// Best effort: either call may be refused (old kernel, THP disabled).
+void prepare_staging(uint8_t* memory, uint64_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  (void)madvise(memory, bytes, MADV_HUGEPAGE);
+  (void)madvise(memory, bytes, MADV_POPULATE_WRITE);
+}
+
 }  // namespace
 
 ExpertStore::~ExpertStore() {
@@ -75,17 +87,7 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
   for (size_t l = 0; l < layout.layers.size(); ++l)
     for (size_t t = 0; t < layout.layers[l].size(); ++t)
       store->memory_[l].push_back({store->arena_ + offsets[l][t], layout.layers[l][t].bytes_per_expert});
-  // Staging for the largest layer.
-  store->staging_offsets_.resize(layout.layers.size());
-  for (size_t l = 0; l < layout.layers.size(); ++l) {
-    uint64_t at = 0;
-    for (const auto& tensor : layout.layers[l]) {
-      store->staging_offsets_[l].push_back(at);
-      at += tensor.bytes_per_expert * uint64_t(layout.slots_per_rank);
-    }
-  }
-  store->staging_bytes_ = round_up(std::max<uint64_t>(layout.max_layer_bytes(), 1), kPage);
-  EPLB_ASSIGN_OR_RETURN(store->staging_, map_bytes(store->staging_bytes_, "staging area"));
+  EPLB_TRY(store->finish_setup());
   return store;
 }
 
@@ -116,17 +118,25 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::adopt(const StoreLayout& layou
   store->layout_ = layout;
   store->first_slot_ = first_slot;
   store->memory_ = std::move(memory);
-  store->staging_offsets_.resize(layout.layers.size());
-  for (size_t l = 0; l < layout.layers.size(); ++l) {
+  EPLB_TRY(store->finish_setup());
+  return store;
+}
+
+Status ExpertStore::finish_setup() {
+  // Staging for the largest layer: tensor blocks [S][bytes] packed.
+  staging_offsets_.resize(layout_.layers.size());
+  for (size_t l = 0; l < layout_.layers.size(); ++l) {
     uint64_t at = 0;
-    for (const auto& tensor : layout.layers[l]) {
-      store->staging_offsets_[l].push_back(at);
-      at += tensor.bytes_per_expert * uint64_t(layout.slots_per_rank);
+    for (const auto& tensor : layout_.layers[l]) {
+      staging_offsets_[l].push_back(at);
+      at += tensor.bytes_per_expert * uint64_t(layout_.slots_per_rank);
     }
   }
-  store->staging_bytes_ = round_up(std::max<uint64_t>(layout.max_layer_bytes(), 1), kPage);
-  EPLB_ASSIGN_OR_RETURN(store->staging_, map_bytes(store->staging_bytes_, "staging area"));
-  return store;
+  staging_bytes_ = round_up(std::max<uint64_t>(layout_.max_layer_bytes(), 1), kPage);
+  EPLB_ASSIGN_OR_RETURN(staging_, map_bytes(staging_bytes_, "staging area"));
+  prepare_staging(staging_, staging_bytes_);
+  for (int l = 0; l < layout_.num_layers(); ++l) reset_checksums(l);
+  return Status::ok();
 }
 
 uint8_t* ExpertStore::row(int layer, int local_slot, int tensor) const {
@@ -141,6 +151,29 @@ uint8_t* ExpertStore::staging_row(int layer, int local_slot, int tensor) const {
 
 uint64_t ExpertStore::checksum(int layer, int local_slot, int tensor) const {
   return XXH3_64bits(row(layer, local_slot, tensor), row_bytes(layer, tensor));
+}
+
+void ExpertStore::reset_checksums(int layer) {
+  checksums_.resize(layout_.layers.size());
+  checksums_[layer].assign(size_t(slots_per_rank()) * layout_.layers[layer].size(), std::nullopt);
+}
+
+std::optional<uint64_t> ExpertStore::cached_checksum(int layer, int local_slot, int tensor) const {
+  return checksums_[layer][size_t(local_slot) * layout_.layers[layer].size() + size_t(tensor)];
+}
+
+uint64_t ExpertStore::known_checksum(int layer, int local_slot, int tensor) {
+  auto& cached = checksums_[layer][size_t(local_slot) * layout_.layers[layer].size() + size_t(tensor)];
+  if (!cached) cached = checksum(layer, local_slot, tensor);
+  return *cached;
+}
+
+void ExpertStore::remember_checksum(int layer, int local_slot, int tensor, std::optional<uint64_t> value) {
+  checksums_[layer][size_t(local_slot) * layout_.layers[layer].size() + size_t(tensor)] = value;
+}
+
+void ExpertStore::forget_checksums() {
+  for (int l = 0; l < layout_.num_layers(); ++l) reset_checksums(l);
 }
 
 std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
@@ -160,6 +193,7 @@ std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
 }
 
 void ExpertStore::fill_simulated(const Placement& placement, int layer) {
+  reset_checksums(layer);
   for (int s = 0; s < slots_per_rank(); ++s) {
     int expert = placement.phy2log(layer, first_slot_ + s);
     for (size_t t = 0; t < layout_.layers[layer].size(); ++t) {

@@ -40,11 +40,11 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
     if (!faulty) return faulty.status().with_context("agent " + config.name);
     chosen = std::move(faulty).value();
   }
-  return std::unique_ptr<Agent>(new AgentImpl(config.name, std::move(chosen)));
+  return std::unique_ptr<Agent>(new AgentImpl(config.name, std::move(chosen), config.map_peer_memory_eagerly));
 }
 
-AgentImpl::AgentImpl(std::string name, std::unique_ptr<Backend> backend)
-    : name_(std::move(name)), backend_(std::move(backend)) {}
+AgentImpl::AgentImpl(std::string name, std::unique_ptr<Backend> backend, bool map_peer_memory_eagerly)
+    : name_(std::move(name)), map_peer_memory_eagerly_(map_peer_memory_eagerly), backend_(std::move(backend)) {}
 
 AgentImpl::~AgentImpl() {
   // Backend requests first (they cancel), then what they point into.
@@ -158,6 +158,7 @@ Status AgentImpl::add_remote_regions(PeerState& peer, const AgentMetadata& metad
     if (!key)
       return key.status().with_context("agent " + name_ + ": remote key of region " + std::to_string(region.id) +
                                        " of agent " + peer.name);
+    if (map_peer_memory_eagerly_) (*key)->map_eagerly(region.address, region.length);
     added[region.id] = RemoteRegionState{region, std::move(key).value()};
   }
   for (auto& [id, state] : added) peer.regions[id] = std::move(state);

@@ -70,7 +70,7 @@ struct RequestStateRecord {
 
 class AgentImpl final : public Agent {
  public:
-  AgentImpl(std::string name, std::unique_ptr<Backend> backend);
+  AgentImpl(std::string name, std::unique_ptr<Backend> backend, bool map_peer_memory_eagerly = false);
   ~AgentImpl() override;
 
   const std::string& name() const override { return name_; }
@@ -119,6 +119,7 @@ class AgentImpl final : public Agent {
   Status fail_request(RequestStateRecord& request, const Status& backend_failure);
 
   std::string name_;
+  bool map_peer_memory_eagerly_ = false;
   uint64_t next_handle_ = 1;
   std::unique_ptr<Backend> backend_;
   std::map<RegionId, std::shared_ptr<LocalRegionState>> regions_;

@@ -37,6 +37,11 @@ class BackendPeer {
 class BackendRemoteKey {
  public:
   virtual ~BackendRemoteKey() = default;
+  // Best effort, no error: make [address, address + length) of the peer's
+  // region cheap to access from now on (with UCX shared memory: populate
+  // this process's page tables for the mapped segment, so the first READ of
+  // each page does not pay a page fault). Default: nothing to do.
+  virtual void map_eagerly(uint64_t address, uint64_t length) { (void)address, (void)length; }
 };
 
 // One contiguous transfer: `length` bytes between local and remote addresses.

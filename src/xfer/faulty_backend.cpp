@@ -188,6 +188,10 @@ class FaultyBackend final : public Backend {
   Result<std::unique_ptr<BackendMemory>> register_memory(const MemoryRegion& region) override {
     return inner_->register_memory(region);
   }
+  // Faults are injected into transfers, not into allocation.
+  Result<std::unique_ptr<BackendMemory>> allocate_memory(size_t length, void** address) override {
+    return inner_->allocate_memory(length, address);
+  }
   Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
                                                std::span<const uint8_t> connection_info) override {
     return inner_->connect(peer_name, connection_info);

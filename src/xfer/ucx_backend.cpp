@@ -6,6 +6,12 @@
 // shared memory, "tcp,self" with UCX_NET_DEVICES=lo for TCP on loopback).
 // Unless UCX_KEEPALIVE_INTERVAL is set, the keepalive interval is lowered to
 // 1 s so that a dead peer on a quiet transport is noticed within seconds.
+#include <sys/mman.h>
+#include <unistd.h>
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+
 #include <cstdlib>
 #include <cstring>
 
@@ -102,6 +108,17 @@ UcxMemory::~UcxMemory() {
 
 UcxRemoteKey::~UcxRemoteKey() {
   if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
+}
+
+void UcxRemoteKey::map_eagerly(uint64_t address, uint64_t length) {
+  void* local = nullptr;
+  if (rkey_ == nullptr || length == 0 || ucp_rkey_ptr(rkey_, address, &local) != UCS_OK || local == nullptr) return;
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(local) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(local) + length + page - 1) & ~(page - 1);
+  // Best effort: an old kernel (EINVAL) or a shorter mapping (ENOMEM) only
+  // means the pages fault in on first use, as without this call.
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
 }
 
 std::vector<uint8_t> encode_notification(const std::string& sender, const std::string& message) {

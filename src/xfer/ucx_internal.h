@@ -120,6 +120,9 @@ class UcxRemoteKey final : public BackendRemoteKey {
   ~UcxRemoteKey() override;
   ucp_rkey_h rkey() const { return rkey_; }
   const UcxPeerState* peer() const { return peer_.get(); }
+  // Where UCX maps the peer's memory into this process (shared memory),
+  // populates the page tables of that mapping; otherwise nothing.
+  void map_eagerly(uint64_t address, uint64_t length) override;
 
  private:
   std::shared_ptr<UcxPeerState> peer_;

@@ -39,7 +39,21 @@ struct RankResult {
   Placement final_placement;
   Status verified;
   Status setup;
+  Status checksums;  // every checksum the store remembers matches its live row
 };
+
+Status remembered_checksums_match(const ExpertStore& store) {
+  for (int l = 0; l < store.layout().num_layers(); ++l)
+    for (int s = 0; s < store.slots_per_rank(); ++s)
+      for (int t = 0; t < int(store.layout().layers[l].size()); ++t) {
+        auto cached = store.cached_checksum(l, s, t);
+        if (!cached) continue;
+        if (*cached != store.checksum(l, s, t))
+          return error(Code::Mismatch, "layer " + std::to_string(l) + " local slot " + std::to_string(s) +
+                                           " tensor " + std::to_string(t) + ": remembered checksum is stale");
+      }
+  return Status::ok();
+}
 
 // Runs `targets` as consecutive rounds on `topology.num_ranks` threads.
 std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<TensorSpec>& tensors,
@@ -78,6 +92,7 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
       }
       result.final_placement = current;
       result.verified = (*store)->verify_simulated(current);
+      result.checksums = remembered_checksums_match(**store);
     });
   for (auto& thread : threads) thread.join();
   return results;
@@ -89,6 +104,7 @@ void expect_consistent(const std::vector<RankResult>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
     ASSERT_TRUE(results[r].setup) << "rank " << r << ": " << results[r].setup.to_string();
     EXPECT_TRUE(results[r].verified) << "rank " << r << ": " << results[r].verified.to_string();
+    EXPECT_TRUE(results[r].checksums) << "rank " << r << ": " << results[r].checksums.to_string();
     EXPECT_TRUE(results[r].final_placement == results[0].final_placement) << "rank " << r;
   }
 }
@@ -167,6 +183,26 @@ TEST(Executor, SwapsAndRotationsWithinAndAcrossRanks) {
   EXPECT_TRUE(same_mapping(results[0].final_placement, *target));
   // Layer 0 entirely by local copies (4 slots), layer 1 half (2 slots).
   EXPECT_EQ(results[0].rounds[0].bytes_local(), 6u * 1024);
+}
+
+// Every kind of local copy: from a slot that keeps its expert (done at
+// commit, live to live), from slots that change (a swap: through staging),
+// and a second slot of an expert read in the same layer (copy after read).
+TEST(Executor, LocalCopiesFromKeptChangingAndJustReadSlots) {
+  Topology topology{1, 5, 8, 1, 1, 2};
+  auto first = Placement::from_phy2log(1, 5, 8, {0, 1, 2, 3, 4, 0, 1, 2});
+  // rank 0: slot 1 <- kept slot 0; slots 2 and 3 swap.
+  // rank 1: slot 5 <- READ of expert 3 from rank 0, slot 6 <- copy of it;
+  //         slot 7 <- expert 1 from slot 6, which changes.
+  auto second = Placement::from_phy2log(1, 5, 8, {0, 0, 3, 2, 4, 3, 3, 1});
+  ASSERT_TRUE(first && second);
+  auto results = run_rounds(topology, {{"a", 3000}, {"b", 40}}, {*first, *second});
+  expect_consistent(results);
+  EXPECT_TRUE(same_mapping(results[0].final_placement, *second));
+  const LayerReport& layer = results[0].rounds[1].layers[0];
+  EXPECT_TRUE(layer.committed);
+  EXPECT_EQ(layer.bytes_intra_node, 3040u);      // one READ (expert 3 to rank 1)
+  EXPECT_EQ(layer.bytes_local, 5u * 3040u);      // slots 1, 2, 3, 6, 7
 }
 
 TEST(Executor, NoChangeMovesNothing) {

@@ -122,6 +122,31 @@ TEST(ExpertStore, FillVerifyAndChecksum) {
   }
 }
 
+TEST(ExpertStore, RemembersChecksumsUntilRowsAreRewritten) {
+  Topology topology = small_topology();
+  StoreLayout layout = StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), default_tensors(8192));
+  auto store_or = ExpertStore::create_arena(layout, 0);
+  ASSERT_TRUE(store_or) << store_or.status().to_string();
+  auto& store = **store_or;
+  store.fill_simulated(default_placement(topology));
+  EXPECT_FALSE(store.cached_checksum(1, 2, 0));
+  const uint64_t sum = store.known_checksum(1, 2, 0);
+  EXPECT_EQ(sum, XXH3_64bits(store.row(1, 2, 0), store.row_bytes(1, 0)));
+  ASSERT_TRUE(store.cached_checksum(1, 2, 0));
+  EXPECT_EQ(*store.cached_checksum(1, 2, 0), sum);
+  // Remembered, not recomputed: a value recorded by a commit is returned.
+  store.remember_checksum(1, 2, 0, 42);
+  EXPECT_EQ(store.known_checksum(1, 2, 0), 42u);
+  store.remember_checksum(1, 2, 0, std::nullopt);
+  EXPECT_EQ(store.known_checksum(1, 2, 0), sum);
+  // Rewriting through the store forgets the layer's checksums.
+  store.fill_simulated(default_placement(topology), 1);
+  EXPECT_FALSE(store.cached_checksum(1, 2, 0));
+  (void)store.known_checksum(0, 0, 0);
+  store.forget_checksums();
+  EXPECT_FALSE(store.cached_checksum(0, 0, 0));
+}
+
 TEST(ExpertStore, VerifyNamesTheSlotExpertTensorAndOffset) {
   Topology topology = small_topology();
   StoreLayout layout = StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), default_tensors(8192));

@@ -61,6 +61,20 @@ Status socket_address(const std::string& path, sockaddr_un* address) {
 
 // Larger socket buffers: fewer poll() round trips for megabyte contributions
 // (the kernel caps this at net.core.wmem_max; failure is harmless).
+// Pumps the hub connection until its first message arrives (moved into
+// *message), the hub is gone or the deadline passes.
+Status await_hub_message(Connection* hub, Deadline deadline, std::optional<Message>* message) {
+  Connection* hubs[] = {hub};
+  return bootstrap::pump(hubs, deadline, [&] {
+    if (!hub->inbox().empty()) {
+      *message = std::move(hub->inbox().front());
+      hub->inbox().pop_front();
+      return true;
+    }
+    return !hub->alive();
+  });
+}
+
 void enlarge_socket_buffers(int fd) {
   int bytes = 4 << 20;
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
@@ -272,15 +286,7 @@ Result<std::vector<std::string>> LocalGroup::member_collective(MessageKind kind,
   if (hub->alive())
     hub->send(std::make_shared<const std::string>(bootstrap::encode_message(kind, sequence, rank_, mine)));
   std::optional<Message> reply;
-  Connection* hubs[] = {hub};
-  Status pumped = bootstrap::pump(hubs, deadline, [&] {
-    if (!hub->inbox().empty()) {
-      reply = std::move(hub->inbox().front());
-      hub->inbox().pop_front();
-      return true;
-    }
-    return !hub->alive();
-  });
+  Status pumped = await_hub_message(hub, deadline, &reply);
   if (reply) {
     const auto& header = reply->header;
     if (header.sender != 0)
@@ -476,15 +482,7 @@ Status LocalGroup::join_as_member(const std::string& dir, Deadline deadline) {
   hub->send(std::make_shared<const std::string>(bootstrap::encode_message(
       MessageKind::Hello, 0, rank_, bootstrap::encode_hello({size_, static_cast<int32_t>(::getpid())}))));
   std::optional<Message> reply;
-  Connection* hubs[] = {hub};
-  Status pumped = bootstrap::pump(hubs, deadline, [&] {
-    if (!hub->inbox().empty()) {
-      reply = std::move(hub->inbox().front());
-      hub->inbox().pop_front();
-      return true;
-    }
-    return !hub->alive();
-  });
+  Status pumped = await_hub_message(hub, deadline, &reply);
   if (reply) {
     if (reply->header.kind == MessageKind::Welcome && reply->header.sequence == 0 && reply->header.sender == 0)
       return Status::ok();

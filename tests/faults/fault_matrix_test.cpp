@@ -17,16 +17,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../support/cli_support.h"
 #include "eplb/common.h"
 
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-  double seconds = 0;
-  bool killed_by_timeout() const { return exit_code == 137; }
-};
+using Outcome = eplb::testing_support::BoundedRun;
 
 const std::string kBinary = EPLB_BINARY_DIR "/eplb";
 // A tiny model: LAYERS layers of 16 experts in 24 slots, ROUNDS rounds.
@@ -37,18 +33,7 @@ std::string shape(int layers, int rounds, const std::string& bytes = "16KiB") {
 const std::string kTiny = " --ranks 4 --nodes 2" + shape(3, 2);
 
 Outcome run(const std::string& arguments, const std::string& environment = "", int limit_seconds = 60) {
-  Outcome outcome;
-  std::string command =
-      "env " + environment + " timeout -s KILL " + std::to_string(limit_seconds) + " " + arguments + " 2>&1";
-  eplb::Stopwatch clock;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return outcome;
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.output.append(buffer, got);
-  int status = pclose(pipe);
-  outcome.seconds = clock.seconds();
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  Outcome outcome = eplb::testing_support::run_bounded(arguments, environment, limit_seconds);
   // Under scripts/sanitize.sh the eplb processes are sanitizer builds too: a
   // report from any rank fails the test even when the exit code is expected.
   for (const char* report : {"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "WARNING: ThreadSanitizer",

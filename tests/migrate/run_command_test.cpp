@@ -10,33 +10,19 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../support/cli_support.h"
 #include "eplb/common.h"
 
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-  double seconds = 0;
-};
+using Outcome = eplb::testing_support::BoundedRun;
 
 const std::string kBinary = EPLB_BINARY_DIR "/eplb";
 const std::string kSmall =
     " --layers 3 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds 2 --window 10";
 
 Outcome run(const std::string& arguments, const std::string& environment = "", int limit_seconds = 90) {
-  Outcome outcome;
-  std::string command = "env " + environment + " timeout -s KILL " + std::to_string(limit_seconds) + " " + arguments +
-                        " 2>&1";
-  eplb::Stopwatch clock;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return outcome;
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) outcome.output.append(buffer, got);
-  int status = pclose(pipe);
-  outcome.seconds = clock.seconds();
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  Outcome outcome = eplb::testing_support::run_bounded(arguments, environment, limit_seconds);
   return outcome;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -36,6 +37,26 @@ inline CliRun run_command(const std::string& command) {
 // Runs `eplb <arguments>`; stderr is captured too unless with_stderr is false.
 inline CliRun run_eplb(const std::string& arguments, bool with_stderr = true) {
   return run_command(std::string(EPLB_BINARY_DIR) + "/eplb " + arguments + (with_stderr ? " 2>&1" : " 2>/dev/null"));
+}
+
+// A command bounded by `timeout -s KILL limit_seconds` under `env
+// environment`, stdout and stderr captured, wall time measured.
+struct BoundedRun {
+  int exit_code = -1;  // 137 when the limit killed it
+  std::string output;  // stdout and stderr
+  double seconds = 0;
+  bool killed_by_timeout() const { return exit_code == 137; }
+};
+
+inline BoundedRun run_bounded(const std::string& command, const std::string& environment, int limit_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  CliRun run = run_command("env " + environment + " timeout -s KILL " + std::to_string(limit_seconds) + " " +
+                           command + " 2>&1");
+  BoundedRun bounded;
+  bounded.exit_code = run.exit_code;
+  bounded.output = std::move(run.output);
+  bounded.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return bounded;
 }
 
 inline std::string slurp(const std::string& path) {

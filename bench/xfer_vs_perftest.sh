@@ -5,13 +5,16 @@
 # the same machine load. Prints one table with the bandwidth ratio.
 #
 # Usage: bench/xfer_vs_perftest.sh [--transport shm|tcp] [--sizes "4K 64K 1M 16M 64M"]
-#                                  [--iterations N] [--build DIR] [--repeat R]
+#                                  [--iterations N] [--build DIR] [--repeat R] [--pick median|best]
 #   shm: UCX_TLS=posix,sysv,cma,self     tcp: UCX_TLS=tcp,self, UCX_NET_DEVICES=lo
-# eplb runs twice per size: with --memory ucx (buffers allocated by UCX, as
-# ucx_perftest allocates its own: the like-for-like ratio) and with
-# --memory user (heap buffers registered with register_memory).
+# eplb runs twice per size: with --memory ucx --reuse-request (buffers
+# allocated by UCX, as ucx_perftest allocates its own, and one request
+# reposted, as perftest reposts its get: the like-for-like ratio) and with
+# --memory user (heap buffers registered with register_memory, a request
+# made and released per iteration).
 # Bandwidth is in GB/s (10^9 bytes/s); ucx_perftest's MB/s (2^20 bytes/s) is
-# converted. With --repeat R each side runs R times and the best run counts.
+# converted. With --repeat R the two tools run R times, alternating, and each
+# column shows the median of its R runs (--pick best: the best run instead).
 # Two ratios: "overall" (bytes / wall time of the timed loop, what both tools
 # print) and "p50" (block / median time of one request: perftest's 50%ile
 # latency vs xfer-bench's median prepare+post+completion), which is robust
@@ -23,6 +26,7 @@ sizes="4K 64K 1M 4M 16M 64M"
 iterations=0
 build="$root/build"
 repeat=1
+pick=median
 while (($#)); do
   case "$1" in
     --transport) transport="$2"; shift 2 ;;
@@ -30,6 +34,7 @@ while (($#)); do
     --iterations) iterations="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
+    --pick) pick="$2"; shift 2 ;;
     -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "xfer_vs_perftest.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -54,12 +59,12 @@ bytes_of() {
   esac
 }
 
-iterations_for() {  # same rule as xfer-bench's automatic count: ~1 GiB, 20..2000
+iterations_for() {  # ~4 GiB per run, 100..4000 (fewer made 16 MiB rows hinge on a few descheduled copies)
   local bytes="$1" n
   if ((iterations > 0)); then echo "$iterations"; return; fi
-  n=$(((1 << 30) / bytes))
-  ((n < 20)) && n=20
-  ((n > 2000)) && n=2000
+  n=$(((4 << 30) / bytes))
+  ((n < 100)) && n=100
+  ((n > 4000)) && n=4000
   echo "$n"
 }
 
@@ -80,12 +85,14 @@ perftest_gbps() {  # size_bytes iterations -> "GB/s_overall GB/s_at_p50"
     'BEGIN {printf "%.3f %.3f", mbs * 1048576 / 1e9, (p50 > 0 ? size / (p50 * 1e3) : 0)}'
 }
 
-eplb_row() {  # size_text iterations memory -> "gbps latency_us prepare_us post_us gbps_at_p50"
-  "$eplb" xfer-bench --op read --transport "$transport" --memory "$3" --block-sizes "$1" --iterations "$2" --warmup 5 --json \
+eplb_row() {  # size_text iterations memory [extra] -> "gbps latency_us prepare_us post_us gbps_at_p50"
+  "$eplb" xfer-bench --op read --transport "$transport" --memory "$3" --block-sizes "$1" --iterations "$2" --warmup 5 --json ${4:-} \
     | python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.2f %.2f %.2f %.3f" % (r["gigabytes_per_second"], r["average_latency_us"], r["prepare_us"], r["post_us"], r["block_bytes"] / (r["median_latency_us"] * 1e3)))'
 }
 
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+pick() { if [[ "$pick" == best ]]; then best "$@"; else median "$@"; fi; }
 
 echo "# eplb xfer-bench READ vs ucx_perftest -t ucp_get, transport $transport (UCX_TLS=$UCX_TLS), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-6s %5s | %9s %9s %6s | %9s %9s %6s | %9s %6s %9s | %8s\n' block iters "perftest" "eplb ucx" ratio \
@@ -99,14 +106,14 @@ for size_text in $sizes; do
   for _ in $(seq "$repeat"); do
     read -r overall p50 <<<"$(perftest_gbps "$size" "$n")"
     perftest_runs+=("$overall"); perftest_p50_runs+=("$p50")
-    read -r gbps _ _ _ p50 <<<"$(eplb_row "$size_text" "$n" ucx)"
+    read -r gbps _ _ _ p50 <<<"$(eplb_row "$size_text" "$n" ucx --reuse-request)"
     ucx_runs+=("$gbps"); ucx_p50_runs+=("$p50")
     line=$(eplb_row "$size_text" "$n" user)
     user_runs+=("${line%% *}")
     if [[ -z "$user_line" || "${line%% *}" == "$(best "${user_runs[@]}")" ]]; then user_line="$line"; fi
   done
-  perftest=$(best "${perftest_runs[@]}"); perftest_p50=$(best "${perftest_p50_runs[@]}")
-  ucx=$(best "${ucx_runs[@]}"); ucx_p50=$(best "${ucx_p50_runs[@]}")
+  perftest=$(pick "${perftest_runs[@]}"); perftest_p50=$(pick "${perftest_p50_runs[@]}")
+  ucx=$(pick "${ucx_runs[@]}"); ucx_p50=$(pick "${ucx_p50_runs[@]}")
   read -r user_gbps _ user_prepare user_post user_p50 <<<"$user_line"
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
   overhead=$(awk -v a="$user_prepare" -v b="$user_post" 'BEGIN {printf "%.2f", a + b}')

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,8 @@ struct BenchOptions {
   bool check = false;
   bool json = false;
   bool yield = true;
+  bool reuse_request = false;  // make one request per block size and repost it
+  bool target_spin = false;    // the target progresses continuously even when the peer does not need it
   double timeout_seconds = 30;
 };
 
@@ -229,17 +232,25 @@ Result<Buffer> make_buffer(const BenchOptions& options, Agent& agent, size_t byt
 
 // --- target side ---------------------------------------------------------------
 
-void serve_loop(Agent& agent, int fd, const Buffer& buffer) {
+// busy: progress continuously (TCP and software-emulated RMA need the
+// target's progress). Otherwise the peer reads and writes this memory
+// without the target's CPU (UCX-allocated memory on shared memory), and the
+// target sleeps on its control socket, progressing once a millisecond, as
+// ucx_perftest's server does in a get/put test: a spinning target would take
+// CPU and memory bandwidth from the initiator on a small machine.
+void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy) {
   for (;;) {
-    // Progress continuously (TCP and software-emulated RMA need the target's
-    // progress); look at the control socket about every millisecond.
-    const Stopwatch slice;
-    while (slice.seconds() < 1e-3) {
-      for (int i = 0; i < 64; ++i) agent.progress();
-      sched_yield();
+    if (busy) {
+      const Stopwatch slice;
+      while (slice.seconds() < 1e-3) {
+        for (int i = 0; i < 64; ++i) agent.progress();
+        sched_yield();
+      }
+    } else {
+      agent.progress();
     }
     pollfd readable{fd, POLLIN, 0};
-    if (::poll(&readable, 1, 0) <= 0) continue;
+    if (::poll(&readable, 1, busy ? 0 : 1) <= 0) continue;
     char type = 0;
     std::vector<uint8_t> payload;
     if (!receive_message(fd, &type, &payload) || type == 'Q') return;
@@ -265,7 +276,8 @@ Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
   put_u64(hello, buffer.size);
   hello.insert(hello.end(), metadata.begin(), metadata.end());
   if (!send_message(fd, 'M', hello)) return error(Code::IoError, "xfer-bench target: cannot send metadata");
-  serve_loop(*agent, fd, buffer);
+  const bool busy = options.target_spin || options.transport != "shm" || options.memory != "ucx";
+  serve_loop(*agent, fd, buffer, busy);
   agent.reset();  // deregisters before a heap buffer is freed
   return Status::ok();
 }
@@ -349,6 +361,8 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
   }
 
   std::vector<double> prepare, post, completion, whole;
+  std::optional<xfer::RequestId> reused;
+  double made_us = 0;
   const int total = options.warmup + row.iterations;
   Stopwatch timed_loop;
   for (int iteration = 0; iteration < total; ++iteration) {
@@ -360,9 +374,17 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
       whole.clear();
     }
     const Stopwatch step;
-    auto request = agent.make_request(op, local_list, {}, remote_list, {});
-    if (!request) return request.status();
-    const double prepared = step.seconds();
+    // --reuse-request: the request made for the first iteration is reposted
+    // (NIXL's pattern for repeated transfers); its make_request counts once.
+    const bool make = !options.reuse_request || !reused;
+    if (make) {
+      auto made = agent.make_request(op, local_list, {}, remote_list, {});
+      if (!made) return made.status();
+      reused = *made;
+      made_us = step.seconds() * 1e6;
+    }
+    const std::optional<xfer::RequestId> request = reused;
+    const double prepared = make ? step.seconds() : 0.0;
     Status posted = agent.post(*request);
     if (!posted) return posted;
     const double post_done = step.seconds();
@@ -385,13 +407,20 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
       (void)agent.release(*request);
       return status.failure;
     }
-    EPLB_TRY(agent.release(*request));
-    prepare.push_back(prepared * 1e6);
+    if (!options.reuse_request) {
+      EPLB_TRY(agent.release(*request));
+      reused.reset();
+    }
+    if (make) prepare.push_back(prepared * 1e6);
     post.push_back((post_done - prepared) * 1e6);
     completion.push_back((finished - post_done) * 1e6);
     whole.push_back(finished * 1e6);
   }
   const double seconds = timed_loop.seconds();
+  if (options.reuse_request) {
+    EPLB_TRY(agent.release(*reused));
+    prepare.assign(1, made_us);  // the one make_request of this block size
+  }
   row.gigabytes_per_second = static_cast<double>(bytes_per_request) * row.iterations / seconds / 1e9;
   row.average_latency_us = seconds / row.iterations * 1e6;
   row.median_latency_us = percentile50(whole);
@@ -505,6 +534,7 @@ Result<Target> fork_target(const BenchOptions& options, uint64_t bytes) {
                           options.backend.c_str(),
                           "--memory",
                           options.memory.c_str(),
+                          options.target_spin ? "--target-spin" : nullptr,
                           nullptr};
     ::execv("/proc/self/exe", const_cast<char* const*>(argv));
     _exit(127);
@@ -668,6 +698,13 @@ void add_xfer_bench(CLI::App& app) {
                       "ucx: buffers allocated by the backend (shared-memory segments peers map directly); "
                       "user: heap buffers registered with register_memory")
       ->capture_default_str();
+  command->add_flag("--reuse-request", options.reuse_request,
+                    "make one request per block size and repost it every iteration (NIXL's pattern for "
+                    "repeated transfers); default: make_request + post + release every iteration");
+  command->add_flag("--target-spin", options.target_spin,
+                    "the target progresses continuously even with --transport shm --memory ucx, where the "
+                    "initiator reads and writes its memory without it (default: it then sleeps on its control "
+                    "socket and progresses once a millisecond, like ucx_perftest's server)");
   command->add_flag("!--no-yield", options.yield,
                     "spin without sched_yield() between polls (default yields, kinder to a shared machine)");
   command->add_option("--peer", options.peer, "HOST:PORT of a target started with --listen (default: fork one)");

@@ -159,8 +159,11 @@ RequestStatus AgentImpl::status(RequestId id) {
     return {RequestState::Failed, error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id))};
   RequestStateRecord& request = *found->second;
   if (request.phase == RequestPhase::InProgress) {
-    backend_->progress();
-    poll(request);
+    poll(request);  // often done already (a transfer served inline)
+    if (request.phase == RequestPhase::InProgress) {
+      backend_->progress();
+      poll(request);
+    }
   }
   switch (request.phase) {
     case RequestPhase::Idle:

@@ -4,7 +4,8 @@
 // ucp_ep_flush_nbx, so that completion of the flush means every byte has
 // landed at its destination. Every UCS request handle is tracked. poll()
 // progresses the worker and checks the handles in order; once all are
-// complete, the optional notification is sent as an active message and the
+// complete (the worker is progressed only while one is not), the optional
+// notification is sent as an active message and the
 // request is Done when UCX has taken it. A failure reports the peer's
 // recorded endpoint error (RemoteDisconnect) or the operation's own status.
 // Destroying a request that is still running cancels and drains its
@@ -70,18 +71,30 @@ class UcxRequest final : public BackendRequest {
     return true;
   }
 
-  void advance() {
-    peer_->worker->progress();
+  // Frees the completed handles in order; false on the first failure.
+  bool collect_completed() {
     while (next_ < pending_.size()) {
       void* handle = pending_[next_];
       const ucs_status_t status = ucp_request_check_status(handle);
-      if (status == UCS_INPROGRESS) break;
+      if (status == UCS_INPROGRESS) return true;
       ucp_request_free(handle);
       pending_[next_++] = nullptr;
       if (status != UCS_OK) {
         fail_with(status);
-        return;
+        return false;
       }
+    }
+    return true;
+  }
+
+  void advance() {
+    // Progress the worker only while something is still running: a READ
+    // served inline (UCX shared memory copies it inside ucp_get_nbx) is
+    // complete without another pass over every transport.
+    if (!collect_completed()) return;
+    if (next_ < pending_.size()) {
+      peer_->worker->progress();
+      if (!collect_completed()) return;
     }
     if (next_ < pending_.size()) {
       // The endpoint error callback may run before UCX fails the requests.

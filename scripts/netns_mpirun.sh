@@ -16,7 +16,12 @@
 # daemon that host name, and runs the command line mpirun hands it (the
 # same words ssh would get). OOB and the TCP BTL are pinned to eplb0 and the
 # ob1 PML is forced, so MPI traffic between the hosts crosses the veth.
-# Ranks are mapped round-robin over the two hosts (rank 0 on eplb-host0).
+# Ranks are mapped in blocks: the first ceil(RANKS/2) on eplb-host0, the rest
+# on eplb-host1, which is how `eplb run --nodes 2` numbers its nodes (ranks
+# [n*P/N, (n+1)*P/N) form node n), so its "inter-node" bytes cross the veth.
+# At the end it prints the bytes the veth carried each way (from the
+# interface counters of eplb-host0), e.g.
+#   netns_mpirun: veth eplb0 carried 231.4 MiB eplb-host0 -> eplb-host1 (242641920 bytes) and ...
 #
 # Environment for the ranks: UCX_NET_DEVICES=eplb0 (unless set) so UCX TCP
 # uses the veth; everything else is inherited. Extra mpirun arguments:
@@ -83,6 +88,21 @@ for ns in "$ns0" "$ns1"; do
   ip -n "$ns" link set lo up
   ip -n "$ns" link set eplb0 up
 done
+# Both ends must report carrier before anything starts: a veth end has been
+# seen still DOWN right after `link set up` (UCX then finds no eplb0 device).
+for attempt in $(seq 1 50); do
+  down=""
+  for ns in "$ns0" "$ns1"; do
+    state="$(ip netns exec "$ns" cat /sys/class/net/eplb0/operstate 2>/dev/null || echo missing)"
+    [[ "$state" == up ]] || down+=" $ns:$state"
+  done
+  [[ -z "$down" ]] && break
+  if ((attempt == 50)); then
+    echo "netns_mpirun: the veth pair did not come up within 5 s (operstate:$down)" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
 if ! ip netns exec "$ns0" ping -c 1 -W 2 10.77.0.2 >/dev/null 2>&1; then
   if command -v ping >/dev/null; then
     echo "netns_mpirun: the veth pair does not carry traffic (ping 10.77.0.1 -> 10.77.0.2 failed)" >&2
@@ -103,14 +123,27 @@ esac
 exec ip netns exec "\$ns" unshare --uts --ipc sh -c 'hostname "\$1"; shift; exec sh -c "\$*"' agent "\$host" "\$@"
 AGENT
 chmod +x "$work/agent"
-printf 'eplb-host0 slots=%d\neplb-host1 slots=%d\n' "$ranks" "$ranks" > "$work/hosts"
+per_host=$(((ranks + 1) / 2))
+printf 'eplb-host0 slots=%d\neplb-host1 slots=%d\n' "$per_host" "$per_host" > "$work/hosts"
 
 export UCX_NET_DEVICES="${UCX_NET_DEVICES:-eplb0}"
 echo "netns_mpirun: $ranks ranks on eplb-host0 (netns $ns0, 10.77.0.1) and eplb-host1 (netns $ns1, 10.77.0.2) over veth eplb0" >&2
+veth_bytes() { ip netns exec "$ns0" cat "/sys/class/net/eplb0/statistics/$1"; }
+sent_before="$(veth_bytes tx_bytes)"
+received_before="$(veth_bytes rx_bytes)"
+set +e
 # shellcheck disable=SC2086
 ip netns exec "$ns0" unshare --uts --ipc sh -c 'hostname eplb-launcher; exec "$@"' launcher \
-  mpirun --allow-run-as-root --oversubscribe -np "$ranks" --hostfile "$work/hosts" --map-by node \
+  mpirun --allow-run-as-root --oversubscribe -np "$ranks" --hostfile "$work/hosts" --map-by slot \
   --mca plm_rsh_agent "$work/agent" --mca plm_rsh_no_tree_spawn 1 \
   --mca oob_tcp_if_include eplb0 --mca btl_tcp_if_include eplb0 \
   --mca pml ob1 --mca btl self,vader,tcp \
   ${NETNS_MPIRUN_ARGS:-} "$@"
+status=$?
+set -e
+sent=$(($(veth_bytes tx_bytes) - sent_before))
+received=$(($(veth_bytes rx_bytes) - received_before))
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+echo "netns_mpirun: veth eplb0 carried $(mib "$sent") eplb-host0 -> eplb-host1 ($sent bytes)" \
+  "and $(mib "$received") eplb-host1 -> eplb-host0 ($received bytes)" >&2
+exit "$status"

@@ -36,6 +36,8 @@ bool ucx_available() {
   return probe.exit_code == 0 || probe.output.find("UCX backend not built") == std::string::npos;
 }
 
+bool mpirun_installed() { return system("command -v mpirun >/dev/null 2>&1") == 0; }
+
 nlohmann::json read_json(const std::string& path) {
   std::ifstream file(path);
   return nlohmann::json::parse(file, nullptr, false);
@@ -146,7 +148,7 @@ TEST(RunCommand, KilledRankMakesTheOthersStopWithinTheDeadline) {
 
 TEST(RunCommand, MpirunStartsTheRanks) {
   if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
   std::string json = temp_path("mpi.json");
   Outcome outcome = run("mpirun --allow-run-as-root --oversubscribe -np 4 " + kBinary +
                             " run --bootstrap mpi --nodes 2" + kSmall + " --json " + json,
@@ -164,7 +166,7 @@ TEST(RunCommand, MpirunStartsTheRanks) {
 // expert group: the policy then balances globally and moves experts across nodes.
 TEST(RunCommand, AcrossTwoNetworkNamespacesOverTcp) {
   if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
   std::string json = temp_path("netns.json");
   Outcome outcome = run("bash " EPLB_SOURCE_DIR "/scripts/netns_mpirun.sh -n 4 " + kBinary +
                             " run --bootstrap mpi --transport tcp --nodes 2 --layers 3 --experts 16 --replicas 24"
@@ -187,12 +189,12 @@ TEST(RunCommand, AcrossTwoNetworkNamespacesOverTcp) {
   auto at = outcome.output.find(marker);
   ASSERT_NE(at, std::string::npos) << outcome.output;
   std::string line = outcome.output.substr(at, outcome.output.find('\n', at) - at);
-  unsigned long long sent = 0, received = 0;
-  auto first = line.find('(');
-  auto second = line.find('(', first + 1);
+  const auto first = line.find('(');
+  ASSERT_NE(first, std::string::npos) << line;
+  const auto second = line.find('(', first + 1);
   ASSERT_NE(second, std::string::npos) << line;
-  sent = std::stoull(line.substr(first + 1));
-  received = std::stoull(line.substr(second + 1));
+  const unsigned long long sent = std::stoull(line.substr(first + 1));
+  const unsigned long long received = std::stoull(line.substr(second + 1));
   // Every inter-node byte crossed the veth; intra-node reads stayed inside a
   // namespace (what else crosses is MPI votes, checksums and TCP headers).
   EXPECT_GE(sent + received, inter) << line;
@@ -202,7 +204,7 @@ TEST(RunCommand, AcrossTwoNetworkNamespacesOverTcp) {
 
 TEST(RunCommand, RanksWithDifferentInputsAreRefusedBeforeAnythingMoves) {
   if (!ucx_available()) GTEST_SKIP() << "the UCX backend is not built in (xfer-ucx not merged)";
-  if (system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
   const std::string common = " run --bootstrap mpi --nodes 2" + kSmall;
   const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 " + kBinary + common + " : -np 2 " +
                              kBinary + common;

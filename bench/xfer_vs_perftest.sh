@@ -1,32 +1,46 @@
 #!/usr/bin/env bash
 # Runs `eplb xfer-bench --op read` side by side with `ucx_perftest -t ucp_get`
 # (Debian ucx-utils) on this machine: same block sizes, same iteration
-# counts, same UCX transport, alternating per block size so that both see
-# the same machine load. Prints one table with the bandwidth ratio.
+# counts, same UCX transport, same CPUs, interleaved so that both see the
+# same machine. Prints one table with the bandwidth ratio and how sure it is.
 #
-# Usage: bench/xfer_vs_perftest.sh [--transport shm|tcp] [--sizes "4K 64K 1M 16M 64M"]
-#                                  [--iterations N] [--build DIR] [--repeat R] [--pick median|best]
-#   shm: UCX_TLS=posix,sysv,cma,self     tcp: UCX_TLS=tcp,self, UCX_NET_DEVICES=lo
-# eplb runs twice per size: with --memory ucx --reuse-request (buffers
-# allocated by UCX, as ucx_perftest allocates its own, and one request
-# reposted, as perftest reposts its get: the like-for-like ratio) and with
-# --memory user (heap buffers registered with register_memory, a request
-# made and released per iteration).
-# Bandwidth is in GB/s (10^9 bytes/s); ucx_perftest's MB/s (2^20 bytes/s) is
-# converted. With --repeat R the two tools run R times, alternating, and each
-# column shows the median of its R runs (--pick best: the best run instead).
-# Two ratios: "overall" (bytes / wall time of the timed loop, what both tools
-# print) and "p50" (block / median time of one request: perftest's 50%ile
-# latency vs xfer-bench's median prepare+post+completion), which is robust
-# to the process being descheduled on a loaded machine.
+# Usage: bench/xfer_vs_perftest.sh [--transport shm|tcp] [--sizes "1M 4M 16M 64M"]
+#                                  [--iterations N] [--repeat R] [--no-pin] [--user]
+#                                  [--runs] [--aa] [--build DIR]
+#   --transport  shm: UCX_TLS=posix,sysv,cma,self   tcp: UCX_TLS=tcp,self, UCX_NET_DEVICES=lo
+#   --sizes      block sizes (K, M, G); default "4K 64K 1M 4M 16M 64M"
+#   --iterations requests per run (default: ~4 GiB per run, 100..4000)
+#   --repeat     runs of each tool per size (default 9), in pairs: perftest
+#                then eplb, eplb then perftest, ... (the order alternates)
+#   --no-pin     do not pin; by default (2+ CPUs) the initiators (perftest
+#                client, eplb) run on CPU 1 and the targets (perftest server,
+#                eplb's forked target) on CPU 0
+#   --user       also run eplb with --memory user (heap buffers registered
+#                with register_memory, a request made per iteration)
+#   --runs       also print every pair's numbers
+#   --aa         A/A calibration: ucx_perftest in place of eplb, i.e. perftest
+#                against itself; its intervals show how wide the machine's
+#                noise alone makes them
+# eplb runs with --memory ucx --reuse-request: buffers allocated by UCX, as
+# ucx_perftest allocates its own, and one request reposted, as perftest
+# reposts its get. Bandwidth is GB/s (10^9 B/s); perftest's MB/s (2^20 B/s)
+# is converted. Columns: each tool's median GB/s over its R runs, "paired":
+# the median of the R per-pair ratios eplb/perftest with a distribution-free
+# ~95 % confidence interval for that median (order statistics), "p50": the
+# same for block / median request time (perftest's 50th percentile latency
+# vs xfer-bench's median post + completion), which ignores descheduled
+# requests.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 transport=shm
 sizes="4K 64K 1M 4M 16M 64M"
 iterations=0
 build="$root/build"
-repeat=1
-pick=median
+repeat=9
+pin=1
+user=0
+show_runs=0
+aa=0
 while (($#)); do
   case "$1" in
     --transport) transport="$2"; shift 2 ;;
@@ -34,20 +48,30 @@ while (($#)); do
     --iterations) iterations="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     --repeat) repeat="$2"; shift 2 ;;
-    --pick) pick="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
-    *) echo "xfer_vs_perftest.sh: unknown option $1" >&2; exit 2 ;;
+    --no-pin) pin=0; shift ;;
+    --user) user=1; shift ;;
+    --runs) show_runs=1; shift ;;
+    --aa) aa=1; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    *) echo "xfer_vs_perftest.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 eplb="$build/eplb"
 [[ -x "$eplb" ]] || { echo "xfer_vs_perftest.sh: $eplb not built (cmake --build $build --target eplb)" >&2; exit 2; }
 command -v ucx_perftest >/dev/null || { echo "xfer_vs_perftest.sh: ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "xfer_vs_perftest.sh: python3 missing" >&2; exit 2; }
+[[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "xfer_vs_perftest.sh: --repeat must be a positive number" >&2; exit 2; }
+(($(nproc) >= 2)) || pin=0
 
 case "$transport" in
   shm) export UCX_TLS=posix,sysv,cma,self; unset UCX_NET_DEVICES; perftest_flags=() ;;
   tcp) export UCX_TLS=tcp,self; export UCX_NET_DEVICES=lo; perftest_flags=(-e) ;;  # -e: peer error handling, as eplb
   *) echo "xfer_vs_perftest.sh: --transport must be shm or tcp" >&2; exit 2 ;;
 esac
+target_pin=() initiator_pin=() eplb_pin=()
+if ((pin)); then
+  target_pin=(taskset -c 0) initiator_pin=(taskset -c 1) eplb_pin=(--cpu 1 --target-cpu 0)
+fi
 
 bytes_of() {
   local text="$1" number="${1%[KMG]}"
@@ -69,55 +93,104 @@ iterations_for() {  # ~4 GiB per run, 100..4000 (fewer made 16 MiB rows hinge on
 }
 
 port=$((20000 + RANDOM % 20000))
-perftest_gbps() {  # size_bytes iterations -> "GB/s_overall GB/s_at_p50" 
-  local size="$1" n="$2" server_pid line
+perftest_run() {  # size_bytes iterations -> "GB/s_overall GB/s_at_p50"
+  local size="$1" n="$2" server_pid line=""
   port=$((port + 1))
-  ucx_perftest -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" >/dev/null 2>&1 &
+  "${target_pin[@]}" ucx_perftest -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" >/dev/null 2>&1 &
   server_pid=$!
   for _ in $(seq 50); do
-    line=$(timeout 120 ucx_perftest 127.0.0.1 -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" 2>/dev/null \
-      | awk '/^Final:/ {print $7, $3}') && [[ -n "$line" ]] && break
+    line=$(timeout 120 "${initiator_pin[@]}" ucx_perftest 127.0.0.1 -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" \
+      "${perftest_flags[@]}" 2>/dev/null | awk '/^Final:/ {print $7, $3}') && [[ -n "$line" ]] && break
     sleep 0.1
   done
   wait "$server_pid" 2>/dev/null || true
-  read -r mbs p50 <<<"${line:-0 0}"
+  [[ -n "$line" ]] || { echo "xfer_vs_perftest.sh: ucx_perftest gave no result for $size bytes" >&2; exit 1; }
+  read -r mbs p50 <<<"$line"
   awk -v mbs="$mbs" -v p50="$p50" -v size="$size" \
     'BEGIN {printf "%.3f %.3f", mbs * 1048576 / 1e9, (p50 > 0 ? size / (p50 * 1e3) : 0)}'
 }
 
-eplb_row() {  # size_text iterations memory [extra] -> "gbps latency_us prepare_us post_us gbps_at_p50"
-  "$eplb" xfer-bench --op read --transport "$transport" --memory "$3" --block-sizes "$1" --iterations "$2" --warmup 5 --json ${4:-} \
-    | python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.2f %.2f %.2f %.3f" % (r["gigabytes_per_second"], r["average_latency_us"], r["prepare_us"], r["post_us"], r["block_bytes"] / (r["median_latency_us"] * 1e3)))'
+eplb_run() {  # size_text iterations memory [extra...]; --aa: a perftest run in eplb's format
+  if ((aa)); then
+    echo "$(perftest_run "$(bytes_of "$1")" "$2") 0 0"
+    return
+  fi
+  eplb_real_run "$@"
 }
 
-best() { printf '%s\n' "$@" | sort -g | tail -1; }
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-pick() { if [[ "$pick" == best ]]; then best "$@"; else median "$@"; fi; }
+eplb_real_run() {  # size_text iterations memory [extra...] -> "GB/s_overall GB/s_at_p50 prepare_us post_us"
+  local size_text="$1" n="$2" memory="$3"
+  shift 3
+  "$eplb" xfer-bench --op read --transport "$transport" --memory "$memory" --block-sizes "$size_text" \
+    --iterations "$n" --warmup 5 --json "${eplb_pin[@]}" "$@" |
+    python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.3f %.2f %.2f" % (r["gigabytes_per_second"], r["block_bytes"] / (r["median_latency_us"] * 1e3), r["prepare_us"], r["post_us"]))'
+}
 
-echo "# eplb xfer-bench READ vs ucx_perftest -t ucp_get, transport $transport (UCX_TLS=$UCX_TLS), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-6s %5s | %9s %9s %6s | %9s %9s %6s | %9s %6s %9s | %8s\n' block iters "perftest" "eplb ucx" ratio \
-  "perftest" "eplb ucx" ratio "eplb user" ratio "user p50" "user p+p"
-printf '%-6s %5s | %9s %9s %6s | %9s %9s %6s | %9s %6s %9s | %8s\n' "" "" "GB/s" "GB/s" overall \
-  "p50 GB/s" "p50 GB/s" p50 "GB/s" overall "GB/s" "us"
+# stdin: lines "perftest perftest_p50 eplb eplb_p50 [user user_p50 user_overhead]"
+# -> one table row (block text and iterations in $1 $2).
+summarize() {
+  python3 -c '
+import statistics, sys
+block, iterations, with_user = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+rows = [list(map(float, line.split())) for line in sys.stdin if line.strip()]
+def median_ci(values):
+    """Median and a distribution-free ~95 % confidence interval (order statistics)."""
+    v, n = sorted(values), len(values)
+    half = 0.98 * n ** 0.5  # 1.96 * sqrt(n) / 2
+    lo, hi = max(int((n + 1) / 2 - half), 1), min(int((n + 1) / 2 + half + 0.999), n)
+    return statistics.median(v), v[lo - 1], v[hi - 1]
+def ratio(a, b): return a / b if b > 0 else float("nan")
+pt, pt50, ep, ep50 = ([r[i] for r in rows] for i in range(4))
+paired, lo, hi = median_ci([ratio(e, p) for e, p in zip(ep, pt)])
+paired50, lo50, hi50 = median_ci([ratio(e, p) for e, p in zip(ep50, pt50)])
+line = "%-6s %5d %3d | %8.2f %8.2f %6.2f | %6.2f  [%4.2f, %4.2f] | %6.2f  [%4.2f, %4.2f]" % (
+    block, iterations, len(rows), statistics.median(pt), statistics.median(ep),
+    ratio(statistics.median(ep), statistics.median(pt)), paired, lo, hi, paired50, lo50, hi50)
+if with_user:
+    user = [r[4] for r in rows]
+    line += " | %8.2f %6.2f %8.2f" % (statistics.median(user), ratio(statistics.median(user), statistics.median(pt)),
+                                      statistics.median([r[6] for r in rows]))
+print(line)
+' "$@"
+}
+
+echo "# eplb xfer-bench READ vs ucx_perftest -t ucp_get, transport $transport (UCX_TLS=$UCX_TLS), $(nproc) cores," \
+  "$( ((pin)) && echo "initiators on CPU 1, targets on CPU 0" || echo "not pinned"), $repeat runs each," \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+((aa)) && echo "# A/A calibration: the 'eplb' columns are a second ucx_perftest run"
+header1=$(printf '%-16s | %8s %8s %6s | %-20s | %-20s' "block  iters   R" perftest eplb ratio \
+  "paired eplb/perftest" "p50 eplb/perftest")
+header2=$(printf '%-16s | %8s %8s %6s | %-20s | %-20s' "" GB/s GB/s "(med)" "median  [95% CI]" "median  [95% CI]")
+if ((user)); then
+  header1+=$(printf ' | %8s %6s %8s' "eplb usr" ratio "usr p+p")
+  header2+=$(printf ' | %8s %6s %8s' GB/s "" us)
+fi
+echo "$header1"
+echo "$header2"
+runs_text=""
 for size_text in $sizes; do
   size=$(bytes_of "$size_text")
   n=$(iterations_for "$size")
-  perftest_runs=() perftest_p50_runs=() ucx_runs=() ucx_p50_runs=() user_runs=() user_line=""
-  for _ in $(seq "$repeat"); do
-    read -r overall p50 <<<"$(perftest_gbps "$size" "$n")"
-    perftest_runs+=("$overall"); perftest_p50_runs+=("$p50")
-    read -r gbps _ _ _ p50 <<<"$(eplb_row "$size_text" "$n" ucx --reuse-request)"
-    ucx_runs+=("$gbps"); ucx_p50_runs+=("$p50")
-    line=$(eplb_row "$size_text" "$n" user)
-    user_runs+=("${line%% *}")
-    if [[ -z "$user_line" || "${line%% *}" == "$(best "${user_runs[@]}")" ]]; then user_line="$line"; fi
+  pairs=""
+  for k in $(seq "$repeat"); do
+    if ((k % 2)); then
+      perftest=$(perftest_run "$size" "$n")
+      read -r eplb_gbps eplb_p50 _ _ <<<"$(eplb_run "$size_text" "$n" ucx --reuse-request)"
+    else
+      read -r eplb_gbps eplb_p50 _ _ <<<"$(eplb_run "$size_text" "$n" ucx --reuse-request)"
+      perftest=$(perftest_run "$size" "$n")
+    fi
+    pair="$perftest $eplb_gbps $eplb_p50"
+    if ((user)); then
+      read -r user_gbps user_p50 user_prepare user_post <<<"$(eplb_run "$size_text" "$n" user)"
+      pair+=" $user_gbps $user_p50 $(awk -v a="$user_prepare" -v b="$user_post" 'BEGIN {printf "%.2f", a + b}')"
+    fi
+    pairs+="$pair"$'\n'
+    runs_text+="$size_text run $k: perftest $(cut -d' ' -f1-2 <<<"$perftest") | eplb $eplb_gbps $eplb_p50"$'\n'
   done
-  perftest=$(pick "${perftest_runs[@]}"); perftest_p50=$(pick "${perftest_p50_runs[@]}")
-  ucx=$(pick "${ucx_runs[@]}"); ucx_p50=$(pick "${ucx_p50_runs[@]}")
-  read -r user_gbps _ user_prepare user_post user_p50 <<<"$user_line"
-  ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
-  overhead=$(awk -v a="$user_prepare" -v b="$user_post" 'BEGIN {printf "%.2f", a + b}')
-  printf '%-6s %5d | %9s %9s %6s | %9s %9s %6s | %9s %6s %9s | %8s\n' "$size_text" "$n" \
-    "$perftest" "$ucx" "$(ratio "$ucx" "$perftest")" "$perftest_p50" "$ucx_p50" "$(ratio "$ucx_p50" "$perftest_p50")" \
-    "$user_gbps" "$(ratio "$user_gbps" "$perftest")" "$user_p50" "$overhead"
+  summarize "$size_text" "$n" "$user" <<<"$pairs"
 done
+if ((show_runs)); then
+  echo "# every pair (GB/s overall, GB/s at p50):"
+  printf '%s' "$runs_text"
+fi

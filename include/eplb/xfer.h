@@ -20,7 +20,8 @@
 // - Reloading a known peer's metadata with different content -> NotAllowed
 //   unless invalidate_peer() came first; lists prepared before an
 //   invalidation fail with NotAllowed afterwards.
-// - "Done" means the bytes have landed (the backend flushed).
+// - "Done" means the bytes have landed: a READ's in local memory, a WRITE's at
+//   the peer (the backend flushed).
 // - A failure's message names the operation, the peer, the number of
 //   descriptors and bytes, the backend's own error text and the elapsed time:
 //   "READ of 9 descriptors (396 MiB) from agent rank-3 failed after 1.8 s:

@@ -62,6 +62,8 @@ struct BenchOptions {
   bool yield = true;
   bool reuse_request = false;  // make one request per block size and repost it
   bool target_spin = false;    // the target progresses continuously even when the peer does not need it
+  int cpu = -1;                // pin this process to this CPU (-1: no pinning)
+  int target_cpu = -1;         // pin the forked target to this CPU (-1: no pinning)
   double timeout_seconds = 30;
 };
 
@@ -512,6 +514,31 @@ void print_json(const std::vector<Row>& rows, const BenchOptions& options) {
   std::printf("%s\n", out.dump(2).c_str());
 }
 
+// A CPU number given to --cpu / --target-cpu (`what`): -1 or an existing CPU.
+Status check_cpu(int cpu, const char* what) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
+  if (cpu < -1 || cpu >= CPU_SETSIZE || (cpus > 0 && cpu >= cpus)) {
+    return error(Code::InvalidArgument, std::string(what) + " " + std::to_string(cpu) +
+                                            " does not exist (this machine has " + std::to_string(cpus) +
+                                            " CPUs, numbered from 0; -1: no pinning)");
+  }
+  return Status::ok();
+}
+
+// Pins the calling process to one CPU (`what` names it in the error).
+Status pin_to_cpu(int cpu, const char* what) {
+  EPLB_TRY(check_cpu(cpu, what));
+  if (cpu < 0) return Status::ok();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return error(Code::InvalidArgument,
+                 std::string("cannot pin to ") + what + " " + std::to_string(cpu) + ": " + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
 // Starts this executable again as the target, over a socketpair.
 Result<Target> fork_target(const BenchOptions& options, uint64_t bytes) {
   int fds[2];
@@ -522,21 +549,17 @@ Result<Target> fork_target(const BenchOptions& options, uint64_t bytes) {
   if (pid == 0) {
     const std::string fd = std::to_string(fds[1]);
     const std::string buffer = std::to_string(bytes);
-    const char* argv[] = {"eplb",
-                          "xfer-bench",
-                          "--serve-fd",
-                          fd.c_str(),
-                          "--serve-bytes",
-                          buffer.c_str(),
-                          "--transport",
-                          options.transport.c_str(),
-                          "--backend",
-                          options.backend.c_str(),
-                          "--memory",
-                          options.memory.c_str(),
-                          options.target_spin ? "--target-spin" : nullptr,
-                          nullptr};
-    ::execv("/proc/self/exe", const_cast<char* const*>(argv));
+    const std::string cpu = std::to_string(options.target_cpu);
+    std::vector<const char*> argv = {"eplb",         "xfer-bench",          "--serve-fd", fd.c_str(),
+                                     "--serve-bytes", buffer.c_str(),       "--transport", options.transport.c_str(),
+                                     "--backend",     options.backend.c_str(), "--memory", options.memory.c_str()};
+    if (options.target_spin) argv.push_back("--target-spin");
+    if (options.target_cpu >= 0) {
+      argv.push_back("--cpu");
+      argv.push_back(cpu.c_str());
+    }
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", const_cast<char* const*>(argv.data()));
     _exit(127);
   }
   ::close(fds[1]);
@@ -607,6 +630,11 @@ Status run_bench(const BenchOptions& options) {
     return error(Code::InvalidArgument, "block size x batch exceeds 16 GiB");
   }
   const uint64_t bytes = largest * static_cast<uint64_t>(options.batch);
+  if (options.target_cpu >= 0 && (!options.peer.empty() || options.listen_port > 0)) {
+    return error(Code::InvalidArgument, "--target-cpu pins the forked target; with --listen/--peer use --cpu on each side");
+  }
+  EPLB_TRY(check_cpu(options.target_cpu, "--target-cpu"));  // applied by the target itself
+  EPLB_TRY(pin_to_cpu(options.cpu, "--cpu"));
 
   if (options.serve_fd >= 0) return serve(options, options.serve_fd, bytes);
   if (options.listen_port > 0) {
@@ -707,6 +735,11 @@ void add_xfer_bench(CLI::App& app) {
                     "socket and progresses once a millisecond, like ucx_perftest's server)");
   command->add_flag("!--no-yield", options.yield,
                     "spin without sched_yield() between polls (default yields, kinder to a shared machine)");
+  command->add_option("--cpu", options.cpu,
+                      "pin this process to this CPU (the initiator, or the target with --listen; -1: no pinning)")
+      ->capture_default_str();
+  command->add_option("--target-cpu", options.target_cpu, "pin the forked target to this CPU (-1: no pinning)")
+      ->capture_default_str();
   command->add_option("--peer", options.peer, "HOST:PORT of a target started with --listen (default: fork one)");
   command->add_option("--listen", options.listen_port, "serve as the target for one --peer on this TCP port");
   command->add_option("--timeout", options.timeout_seconds, "deadline in seconds for each request")
@@ -729,7 +762,8 @@ void add_xfer_bench(CLI::App& app) {
         set_command_result(transport);
         return;
       }
-      set_command_result(serve(effective, effective.serve_fd, serve_bytes));
+      Status pinned = pin_to_cpu(effective.cpu, "--cpu");
+      set_command_result(pinned ? serve(effective, effective.serve_fd, serve_bytes) : pinned);
       return;
     }
     set_command_result(run_bench(effective));

@@ -135,8 +135,8 @@ ucs_status_ptr_t send_notification_am(UcxPeerState& peer, const std::vector<uint
 // Encodes a notification payload: u32 little-endian name length, name, message.
 std::vector<uint8_t> encode_notification(const std::string& sender, const std::string& message);
 
-// Posts the transfer: one ucp_get_nbx / ucp_put_nbx per segment, then an
-// endpoint flush; after the flush, the optional notification.
+// Posts the transfer: one ucp_get_nbx / ucp_put_nbx per segment, for a WRITE
+// then an endpoint flush; once all completed, the optional notification.
 Result<std::unique_ptr<BackendRequest>> post_ucx_request(Operation op, const std::shared_ptr<UcxPeerState>& peer,
                                                          std::span<const TransferSegment> segments,
                                                          std::vector<uint8_t> notification_payload);

@@ -1,15 +1,16 @@
 // ucx_request.cpp - one posted transfer on the UCX backend.
 //
-// post: ucp_get_nbx (READ) or ucp_put_nbx (WRITE) for every segment, then
-// ucp_ep_flush_nbx, so that completion of the flush means every byte has
-// landed at its destination. Every UCS request handle is tracked. poll()
-// progresses the worker and checks the handles in order; once all are
-// complete (the worker is progressed only while one is not), the optional
-// notification is sent as an active message and the
-// request is Done when UCX has taken it. A failure reports the peer's
-// recorded endpoint error (RemoteDisconnect) or the operation's own status.
-// Destroying a request that is still running cancels and drains its
-// handles (bounded), so no UCX callback or write outlives it silently.
+// post: ucp_get_nbx (READ) or ucp_put_nbx (WRITE) for every segment; a WRITE
+// then adds ucp_ep_flush_nbx, so that completion of the flush means every
+// byte has landed at the peer (a get completes only once its bytes are in
+// local memory, so a READ needs no flush). Every UCS request handle is
+// tracked. poll() progresses the worker and checks the handles in order;
+// once all are complete (the worker is progressed only while one is not),
+// the optional notification is sent as an active message and the request is
+// Done when UCX has taken it. A failure reports the peer's recorded endpoint
+// error (RemoteDisconnect) or the operation's own status. Destroying a
+// request that is still running cancels and drains its handles (bounded), so
+// no UCX callback or write outlives it silently.
 #include "eplb/common.h"
 #include "ucx_internal.h"
 
@@ -49,8 +50,13 @@ class UcxRequest final : public BackendRequest {
                             rkey->rkey(), &param);
       if (!track(handle)) return;
     }
-    ucp_request_param_t flush_param{};
-    track(ucp_ep_flush_nbx(peer_->endpoint, &flush_param));
+    // A get completes once its bytes are in local memory, so a READ is
+    // landed when its gets are. A put completes once the local buffer may be
+    // reused; only the endpoint flush says the bytes reached the peer.
+    if (op_ == Operation::Write) {
+      ucp_request_param_t flush_param{};
+      track(ucp_ep_flush_nbx(peer_->endpoint, &flush_param));
+    }
   }
 
   RequestState poll(Status* failure) override {

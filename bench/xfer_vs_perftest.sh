@@ -5,7 +5,7 @@
 # same machine. Prints one table with the bandwidth ratio and how sure it is.
 #
 # Usage: bench/xfer_vs_perftest.sh [--transport shm|tcp] [--sizes "1M 4M 16M 64M"]
-#                                  [--iterations N] [--repeat R] [--no-pin] [--user]
+#                                  [--iterations N] [--repeat R] [--no-pin] [--no-quiet] [--user]
 #                                  [--runs] [--aa] [--build DIR]
 #   --transport  shm: UCX_TLS=posix,sysv,cma,self   tcp: UCX_TLS=tcp,self, UCX_NET_DEVICES=lo
 #   --sizes      block sizes (K, M, G); default "4K 64K 1M 4M 16M 64M"
@@ -15,15 +15,19 @@
 #   --no-pin     do not pin; by default (2+ CPUs) the initiators (perftest
 #                client, eplb) run on CPU 1 and the targets (perftest server,
 #                eplb's forked target) on CPU 0
+#   --no-quiet   skip the "quiet target" column (shm only): eplb again, with
+#                its target sleeping 100 ms between progress calls
+#                (xfer-bench's default) instead of 1 ms like perftest's server
 #   --user       also run eplb with --memory user (heap buffers registered
 #                with register_memory, a request made per iteration)
 #   --runs       also print every pair's numbers
 #   --aa         A/A calibration: ucx_perftest in place of eplb, i.e. perftest
 #                against itself; its intervals show how wide the machine's
 #                noise alone makes them
-# eplb runs with --memory ucx --reuse-request: buffers allocated by UCX, as
-# ucx_perftest allocates its own, and one request reposted, as perftest
-# reposts its get. Bandwidth is GB/s (10^9 B/s); perftest's MB/s (2^20 B/s)
+# eplb runs with --memory ucx --reuse-request --target-poll-ms 1: buffers
+# allocated by UCX, as ucx_perftest allocates its own, one request reposted,
+# as perftest reposts its get, and a target that wakes once a millisecond,
+# as perftest's server does. Bandwidth is GB/s (10^9 B/s); perftest's MB/s (2^20 B/s)
 # is converted. Columns: each tool's median GB/s over its R runs, "paired":
 # the median of the R per-pair ratios eplb/perftest with a distribution-free
 # ~95 % confidence interval for that median (order statistics), "p50": the
@@ -39,6 +43,7 @@ build="$root/build"
 repeat=9
 pin=1
 user=0
+quiet=1
 show_runs=0
 aa=0
 while (($#)); do
@@ -50,9 +55,10 @@ while (($#)); do
     --repeat) repeat="$2"; shift 2 ;;
     --no-pin) pin=0; shift ;;
     --user) user=1; shift ;;
+    --no-quiet) quiet=0; shift ;;
     --runs) show_runs=1; shift ;;
     --aa) aa=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "xfer_vs_perftest.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,6 +68,7 @@ command -v ucx_perftest >/dev/null || { echo "xfer_vs_perftest.sh: ucx_perftest 
 command -v python3 >/dev/null || { echo "xfer_vs_perftest.sh: python3 missing" >&2; exit 2; }
 [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "xfer_vs_perftest.sh: --repeat must be a positive number" >&2; exit 2; }
 (($(nproc) >= 2)) || pin=0
+[[ "$transport" == shm && "$aa" == 0 ]] || quiet=0  # the target's sleep only matters over shm
 
 case "$transport" in
   shm) export UCX_TLS=posix,sysv,cma,self; unset UCX_NET_DEVICES; perftest_flags=() ;;
@@ -126,12 +133,12 @@ eplb_real_run() {  # size_text iterations memory [extra...] -> "GB/s_overall GB/
     python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.3f %.2f %.2f" % (r["gigabytes_per_second"], r["block_bytes"] / (r["median_latency_us"] * 1e3), r["prepare_us"], r["post_us"]))'
 }
 
-# stdin: lines "perftest perftest_p50 eplb eplb_p50 [user user_p50 user_overhead]"
-# -> one table row (block text and iterations in $1 $2).
+# stdin: lines "perftest perftest_p50 eplb eplb_p50 [quiet quiet_p50] [user user_p50 user_overhead]"
+# -> one table row (block text, iterations, quiet?, user? in $1..$4).
 summarize() {
   python3 -c '
 import statistics, sys
-block, iterations, with_user = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+block, iterations, with_quiet, with_user = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 rows = [list(map(float, line.split())) for line in sys.stdin if line.strip()]
 def median_ci(values):
     """Median and a distribution-free ~95 % confidence interval (order statistics)."""
@@ -146,10 +153,16 @@ paired50, lo50, hi50 = median_ci([ratio(e, p) for e, p in zip(ep50, pt50)])
 line = "%-6s %5d %3d | %8.2f %8.2f %6.2f | %6.2f  [%4.2f, %4.2f] | %6.2f  [%4.2f, %4.2f]" % (
     block, iterations, len(rows), statistics.median(pt), statistics.median(ep),
     ratio(statistics.median(ep), statistics.median(pt)), paired, lo, hi, paired50, lo50, hi50)
+at = 4
+if with_quiet:
+    quiet = [r[at] for r in rows]
+    quiet_paired, quiet_lo, quiet_hi = median_ci([ratio(q, p) for q, p in zip(quiet, pt)])
+    line += " | %8.2f %6.2f  [%4.2f, %4.2f]" % (statistics.median(quiet), quiet_paired, quiet_lo, quiet_hi)
+    at += 2
 if with_user:
-    user = [r[4] for r in rows]
+    user = [r[at] for r in rows]
     line += " | %8.2f %6.2f %8.2f" % (statistics.median(user), ratio(statistics.median(user), statistics.median(pt)),
-                                      statistics.median([r[6] for r in rows]))
+                                      statistics.median([r[at + 2] for r in rows]))
 print(line)
 ' "$@"
 }
@@ -161,6 +174,10 @@ echo "# eplb xfer-bench READ vs ucx_perftest -t ucp_get, transport $transport (U
 header1=$(printf '%-16s | %8s %8s %6s | %-20s | %-20s' "block  iters   R" perftest eplb ratio \
   "paired eplb/perftest" "p50 eplb/perftest")
 header2=$(printf '%-16s | %8s %8s %6s | %-20s | %-20s' "" GB/s GB/s "(med)" "median  [95% CI]" "median  [95% CI]")
+if ((quiet)); then
+  header1+=$(printf ' | %-29s' "eplb, quiet target")
+  header2+=$(printf ' | %8s %-20s' GB/s "paired  [95% CI]")
+fi
 if ((user)); then
   header1+=$(printf ' | %8s %6s %8s' "eplb usr" ratio "usr p+p")
   header2+=$(printf ' | %8s %6s %8s' GB/s "" us)
@@ -175,20 +192,26 @@ for size_text in $sizes; do
   for k in $(seq "$repeat"); do
     if ((k % 2)); then
       perftest=$(perftest_run "$size" "$n")
-      read -r eplb_gbps eplb_p50 _ _ <<<"$(eplb_run "$size_text" "$n" ucx --reuse-request)"
+      read -r eplb_gbps eplb_p50 _ _ <<<"$(eplb_run "$size_text" "$n" ucx --reuse-request --target-poll-ms 1)"
     else
-      read -r eplb_gbps eplb_p50 _ _ <<<"$(eplb_run "$size_text" "$n" ucx --reuse-request)"
+      read -r eplb_gbps eplb_p50 _ _ <<<"$(eplb_run "$size_text" "$n" ucx --reuse-request --target-poll-ms 1)"
       perftest=$(perftest_run "$size" "$n")
     fi
     pair="$perftest $eplb_gbps $eplb_p50"
+    if ((quiet)); then
+      read -r quiet_gbps quiet_p50 _ _ <<<"$(eplb_run "$size_text" "$n" ucx --reuse-request)"
+      pair+=" $quiet_gbps $quiet_p50"
+    fi
     if ((user)); then
       read -r user_gbps user_p50 user_prepare user_post <<<"$(eplb_run "$size_text" "$n" user)"
       pair+=" $user_gbps $user_p50 $(awk -v a="$user_prepare" -v b="$user_post" 'BEGIN {printf "%.2f", a + b}')"
     fi
     pairs+="$pair"$'\n'
-    runs_text+="$size_text run $k: perftest $(cut -d' ' -f1-2 <<<"$perftest") | eplb $eplb_gbps $eplb_p50"$'\n'
+    runs_text+="$size_text run $k: perftest $(cut -d' ' -f1-2 <<<"$perftest") | eplb $eplb_gbps $eplb_p50"
+    ((quiet)) && runs_text+=" | quiet $quiet_gbps $quiet_p50"
+    runs_text+=$'\n'
   done
-  summarize "$size_text" "$n" "$user" <<<"$pairs"
+  summarize "$size_text" "$n" "$quiet" "$user" <<<"$pairs"
 done
 if ((show_runs)); then
   echo "# every pair (GB/s overall, GB/s at p50):"

@@ -62,6 +62,7 @@ struct BenchOptions {
   bool yield = true;
   bool reuse_request = false;  // make one request per block size and repost it
   bool target_spin = false;    // the target progresses continuously even when the peer does not need it
+  int target_poll_ms = 100;    // otherwise it sleeps on its control socket this long between progress calls
   int cpu = -1;                // pin this process to this CPU (-1: no pinning)
   int target_cpu = -1;         // pin the forked target to this CPU (-1: no pinning)
   double timeout_seconds = 30;
@@ -237,10 +238,13 @@ Result<Buffer> make_buffer(const BenchOptions& options, Agent& agent, size_t byt
 // busy: progress continuously (TCP and software-emulated RMA need the
 // target's progress). Otherwise the peer reads and writes this memory
 // without the target's CPU (UCX-allocated memory on shared memory), and the
-// target sleeps on its control socket, progressing once a millisecond, as
-// ucx_perftest's server does in a get/put test: a spinning target would take
-// CPU and memory bandwidth from the initiator on a small machine.
-void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy) {
+// target sleeps on its control socket, progressing every `poll_ms`
+// milliseconds (UCX keepalive): a spinning target would take CPU and memory
+// bandwidth from the initiator on a small machine, and even waking once a
+// millisecond, as ucx_perftest's server does in a get/put test, slows the
+// initiator's copies (on this 2-vCPU VM each wake of the idle CPU cost a
+// 1 MiB copy ~75 us, 5-10 % of the bandwidth).
+void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_ms) {
   for (;;) {
     if (busy) {
       const Stopwatch slice;
@@ -252,7 +256,7 @@ void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy) {
       agent.progress();
     }
     pollfd readable{fd, POLLIN, 0};
-    if (::poll(&readable, 1, busy ? 0 : 1) <= 0) continue;
+    if (::poll(&readable, 1, busy ? 0 : poll_ms) <= 0) continue;
     char type = 0;
     std::vector<uint8_t> payload;
     if (!receive_message(fd, &type, &payload) || type == 'Q') return;
@@ -279,7 +283,7 @@ Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
   hello.insert(hello.end(), metadata.begin(), metadata.end());
   if (!send_message(fd, 'M', hello)) return error(Code::IoError, "xfer-bench target: cannot send metadata");
   const bool busy = options.target_spin || options.transport != "shm" || options.memory != "ucx";
-  serve_loop(*agent, fd, buffer, busy);
+  serve_loop(*agent, fd, buffer, busy, options.target_poll_ms);
   agent.reset();  // deregisters before a heap buffer is freed
   return Status::ok();
 }
@@ -390,10 +394,13 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
     Status posted = agent.post(*request);
     if (!posted) return posted;
     const double post_done = step.seconds();
-    const Deadline deadline = Deadline::after_seconds(options.timeout_seconds);
     xfer::RequestStatus status = agent.status(*request);
+    // The deadline is set when the first status says InProgress: a READ
+    // that UCX completed inside post() then costs no clock read for it.
+    std::optional<Deadline> deadline;
+    if (status.state == RequestState::InProgress) deadline = Deadline::after_seconds(options.timeout_seconds);
     for (unsigned spins = 0; status.state == RequestState::InProgress; ++spins) {
-      if ((spins & 255) == 255 && deadline.expired()) {
+      if ((spins & 255) == 255 && deadline->expired()) {
         (void)agent.release(*request);
         return error(Code::Timeout, std::string(xfer::operation_name(op)) + " of " + size_label(block) + " x " +
                                         std::to_string(options.batch) + " did not complete in " +
@@ -419,6 +426,7 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
     whole.push_back(finished * 1e6);
   }
   const double seconds = timed_loop.seconds();
+  if (const char* dump = getenv("EPLB_DUMP_LAT")) { FILE* f = fopen(dump, "w"); double at = 0; for (double w : whole) { fprintf(f, "%.3f %.3f\n", at, w); at += w; } fclose(f); }
   if (options.reuse_request) {
     EPLB_TRY(agent.release(*reused));
     prepare.assign(1, made_us);  // the one make_request of this block size
@@ -539,26 +547,27 @@ Status pin_to_cpu(int cpu, const char* what) {
   return Status::ok();
 }
 
-// Starts this executable again as the target, over a socketpair.
+// Starts this executable again as the target, over a socketpair. The
+// arguments are built before fork(): the child only calls execv.
 Result<Target> fork_target(const BenchOptions& options, uint64_t bytes) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return error(Code::IoError, "socketpair failed");
   ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+  const std::string fd = std::to_string(fds[1]), buffer = std::to_string(bytes);
+  const std::string cpu = std::to_string(options.target_cpu), poll_ms = std::to_string(options.target_poll_ms);
+  std::vector<const char*> argv = {"eplb",         "xfer-bench",           "--serve-fd", fd.c_str(),
+                                   "--serve-bytes", buffer.c_str(),        "--transport", options.transport.c_str(),
+                                   "--backend",     options.backend.c_str(), "--memory",  options.memory.c_str(),
+                                   "--target-poll-ms", poll_ms.c_str()};
+  if (options.target_spin) argv.push_back("--target-spin");
+  if (options.target_cpu >= 0) {
+    argv.push_back("--cpu");
+    argv.push_back(cpu.c_str());
+  }
+  argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) return error(Code::IoError, "fork failed");
   if (pid == 0) {
-    const std::string fd = std::to_string(fds[1]);
-    const std::string buffer = std::to_string(bytes);
-    const std::string cpu = std::to_string(options.target_cpu);
-    std::vector<const char*> argv = {"eplb",         "xfer-bench",          "--serve-fd", fd.c_str(),
-                                     "--serve-bytes", buffer.c_str(),       "--transport", options.transport.c_str(),
-                                     "--backend",     options.backend.c_str(), "--memory", options.memory.c_str()};
-    if (options.target_spin) argv.push_back("--target-spin");
-    if (options.target_cpu >= 0) {
-      argv.push_back("--cpu");
-      argv.push_back(cpu.c_str());
-    }
-    argv.push_back(nullptr);
     ::execv("/proc/self/exe", const_cast<char* const*>(argv.data()));
     _exit(127);
   }
@@ -732,7 +741,12 @@ void add_xfer_bench(CLI::App& app) {
   command->add_flag("--target-spin", options.target_spin,
                     "the target progresses continuously even with --transport shm --memory ucx, where the "
                     "initiator reads and writes its memory without it (default: it then sleeps on its control "
-                    "socket and progresses once a millisecond, like ucx_perftest's server)");
+                    "socket and progresses every --target-poll-ms)");
+  command->add_option("--target-poll-ms", options.target_poll_ms,
+                      "when the target need not progress (shm, --memory ucx): milliseconds it sleeps between "
+                      "progress calls; 1 is what ucx_perftest's server does, and its wake-ups slow the initiator")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   command->add_flag("!--no-yield", options.yield,
                     "spin without sched_yield() between polls (default yields, kinder to a shared machine)");
   command->add_option("--cpu", options.cpu,

@@ -101,13 +101,16 @@ iterations_for() {  # ~4 GiB per run, 100..4000 (fewer made 16 MiB rows hinge on
 
 port=$((20000 + RANDOM % 20000))
 perftest_run() {  # size_bytes iterations -> "GB/s_overall GB/s_at_p50"
-  local size="$1" n="$2" server_pid line=""
+  local size="$1" n="$2" server_pid line="" output
   port=$((port + 1))
   "${target_pin[@]}" ucx_perftest -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" "${perftest_flags[@]}" >/dev/null 2>&1 &
   server_pid=$!
   for _ in $(seq 50); do
-    line=$(timeout 120 "${initiator_pin[@]}" ucx_perftest 127.0.0.1 -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" \
-      "${perftest_flags[@]}" 2>/dev/null | awk '/^Final:/ {print $7, $3}') && [[ -n "$line" ]] && break
+    # The output is parsed after the run: nothing else starts while it runs.
+    output=$(timeout 120 "${initiator_pin[@]}" ucx_perftest 127.0.0.1 -t ucp_get -s "$size" -n "$n" -w 5 -p "$port" \
+      "${perftest_flags[@]}" 2>/dev/null) || true
+    line=$(awk '/^Final:/ {print $7, $3}' <<<"$output")
+    [[ -n "$line" ]] && break
     sleep 0.1
   done
   wait "$server_pid" 2>/dev/null || true
@@ -126,11 +129,13 @@ eplb_run() {  # size_text iterations memory [extra...]; --aa: a perftest run in 
 }
 
 eplb_real_run() {  # size_text iterations memory [extra...] -> "GB/s_overall GB/s_at_p50 prepare_us post_us"
-  local size_text="$1" n="$2" memory="$3"
+  local size_text="$1" n="$2" memory="$3" output
   shift 3
-  "$eplb" xfer-bench --op read --transport "$transport" --memory "$memory" --block-sizes "$size_text" \
-    --iterations "$n" --warmup 5 --json "${eplb_pin[@]}" "$@" |
-    python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.3f %.2f %.2f" % (r["gigabytes_per_second"], r["block_bytes"] / (r["median_latency_us"] * 1e3), r["prepare_us"], r["post_us"]))'
+  # The JSON is parsed after the run: a python3 started beside it (a pipe)
+  # took CPU from the timed loop and cut its overall GB/s by up to 20 %.
+  output=$("$eplb" xfer-bench --op read --transport "$transport" --memory "$memory" --block-sizes "$size_text" \
+    --iterations "$n" --warmup 5 --json "${eplb_pin[@]}" "$@")
+  python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.3f %.3f %.2f %.2f" % (r["gigabytes_per_second"], r["block_bytes"] / (r["median_latency_us"] * 1e3), r["prepare_us"], r["post_us"]))' <<<"$output"
 }
 
 # stdin: lines "perftest perftest_p50 eplb eplb_p50 [quiet quiet_p50] [user user_p50 user_overhead]"

@@ -241,9 +241,8 @@ Result<Buffer> make_buffer(const BenchOptions& options, Agent& agent, size_t byt
 // target sleeps on its control socket, progressing every `poll_ms`
 // milliseconds (UCX keepalive): a spinning target would take CPU and memory
 // bandwidth from the initiator on a small machine, and even waking once a
-// millisecond, as ucx_perftest's server does in a get/put test, slows the
-// initiator's copies (on this 2-vCPU VM each wake of the idle CPU cost a
-// 1 MiB copy ~75 us, 5-10 % of the bandwidth).
+// millisecond, as ucx_perftest's server does in a get/put test, lined up
+// with 1 MiB copies ~75 us slower in latency dumps on a 2-vCPU VM.
 void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_ms) {
   for (;;) {
     if (busy) {

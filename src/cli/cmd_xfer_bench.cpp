@@ -56,6 +56,7 @@ struct BenchOptions {
   std::string memory = "ucx";  // ucx: Agent::allocate_memory; user: heap + register_memory
   std::string peer;
   int listen_port = 0;
+  double listen_timeout_seconds = 600;  // how long --listen waits for its --peer
   int serve_fd = -1;
   bool check = false;
   bool json = false;
@@ -146,6 +147,17 @@ bool read_all(int fd, void* data, size_t length) {
 }
 
 constexpr uint64_t kMaxMessageBytes = 1 << 24;
+
+// Bounds every blocking read and write on the control socket `fd`: one
+// that waits longer than `seconds` fails (EAGAIN), so read_all / write_all
+// return false instead of hanging on a stopped peer.
+void set_io_timeout(int fd, double seconds) {
+  timeval limit{};
+  limit.tv_sec = static_cast<time_t>(seconds);
+  limit.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(limit.tv_sec)) * 1e6);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+}
 
 bool send_message(int fd, char type, const std::vector<uint8_t>& payload) {
   const uint64_t length = payload.size();
@@ -272,6 +284,7 @@ void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_
 
 // Serves one initiator on `fd` until 'Q' or EOF.
 Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
+  set_io_timeout(fd, options.timeout_seconds);  // the loop polls before it reads; a message must then follow
   EPLB_ASSIGN_OR_RETURN(auto agent, make_agent(options, "xfer-bench-target"));
   EPLB_ASSIGN_OR_RETURN(Buffer buffer, make_buffer(options, *agent, buffer_bytes));
   fill_pattern(buffer.data, buffer.size, 0);
@@ -554,10 +567,11 @@ Result<Target> fork_target(const BenchOptions& options, uint64_t bytes) {
   ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);
   const std::string fd = std::to_string(fds[1]), buffer = std::to_string(bytes);
   const std::string cpu = std::to_string(options.target_cpu), poll_ms = std::to_string(options.target_poll_ms);
+  const std::string timeout = std::to_string(options.timeout_seconds);
   std::vector<const char*> argv = {"eplb",         "xfer-bench",           "--serve-fd", fd.c_str(),
                                    "--serve-bytes", buffer.c_str(),        "--transport", options.transport.c_str(),
                                    "--backend",     options.backend.c_str(), "--memory",  options.memory.c_str(),
-                                   "--target-poll-ms", poll_ms.c_str()};
+                                   "--target-poll-ms", poll_ms.c_str(), "--timeout", timeout.c_str()};
   if (options.target_spin) argv.push_back("--target-spin");
   if (options.target_cpu >= 0) {
     argv.push_back("--cpu");
@@ -600,7 +614,8 @@ Result<int> connect_to(const std::string& peer) {
   return fd;
 }
 
-Result<int> accept_one(int port) {
+// Waits up to `timeout_seconds` for one connection on `port`.
+Result<int> accept_one(int port, double timeout_seconds) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) return error(Code::IoError, "socket failed");
   const int yes = 1;
@@ -613,7 +628,23 @@ Result<int> accept_one(int port) {
     ::close(listener);
     return error(Code::IoError, "--listen: cannot listen on port " + std::to_string(port));
   }
-  std::fprintf(stderr, "xfer-bench: target listening on port %d\n", port);
+  std::fprintf(stderr, "xfer-bench: target listening on port %d (for %s)\n", port,
+               format_seconds(timeout_seconds).c_str());
+  const Deadline deadline = Deadline::after_seconds(timeout_seconds);
+  for (;;) {
+    pollfd ready{listener, POLLIN, 0};
+    const int waited = ::poll(&ready, 1, static_cast<int>(std::clamp(deadline.remaining_seconds() * 1e3, 1.0, 1000.0)));
+    if (waited > 0) break;
+    if (waited < 0 && errno != EINTR) {
+      ::close(listener);
+      return error(Code::IoError, std::string("--listen: poll failed: ") + std::strerror(errno));
+    }
+    if (deadline.expired()) {
+      ::close(listener);
+      return error(Code::Timeout, "--listen: no --peer connected to port " + std::to_string(port) + " within " +
+                                      format_seconds(timeout_seconds) + " (--listen-timeout)");
+    }
+  }
   const int fd = ::accept(listener, nullptr, nullptr);
   ::close(listener);
   if (fd < 0) return error(Code::IoError, "--listen: accept failed");
@@ -646,7 +677,7 @@ Status run_bench(const BenchOptions& options) {
 
   if (options.serve_fd >= 0) return serve(options, options.serve_fd, bytes);
   if (options.listen_port > 0) {
-    EPLB_ASSIGN_OR_RETURN(int fd, accept_one(options.listen_port));
+    EPLB_ASSIGN_OR_RETURN(int fd, accept_one(options.listen_port, options.listen_timeout_seconds));
     Status served = serve(options, fd, bytes);
     ::close(fd);
     return served;
@@ -678,10 +709,12 @@ Status run_bench(const BenchOptions& options) {
     return status;
   };
 
+  set_io_timeout(target.fd, options.timeout_seconds);
   char type = 0;
   std::vector<uint8_t> hello;
   if (!receive_message(target.fd, &type, &hello) || type != 'M' || hello.size() < 16) {
-    return finish(error(Code::RemoteDisconnect, "xfer-bench: the target did not send its metadata"));
+    return finish(error(Code::RemoteDisconnect, "xfer-bench: the target did not send its metadata within " +
+                                                    format_seconds(options.timeout_seconds) + " (--timeout)"));
   }
   target.address = get_u64(hello, 0);
   target.bytes = get_u64(hello, 8);
@@ -755,7 +788,13 @@ void add_xfer_bench(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--peer", options.peer, "HOST:PORT of a target started with --listen (default: fork one)");
   command->add_option("--listen", options.listen_port, "serve as the target for one --peer on this TCP port");
-  command->add_option("--timeout", options.timeout_seconds, "deadline in seconds for each request")
+  command->add_option("--listen-timeout", options.listen_timeout_seconds,
+                      "seconds --listen waits for its --peer to connect")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--timeout", options.timeout_seconds,
+                      "deadline in seconds for each request, and for each message between initiator and target")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command->add_flag("--check", options.check, "verify the transferred bytes of every block size");
   command->add_flag("--json", options.json, "print the rows as JSON instead of a table");

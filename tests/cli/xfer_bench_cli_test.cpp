@@ -1,7 +1,9 @@
 // eplb xfer-bench end to end: READ and WRITE between two processes over UCX
 // shared memory and TCP with --check (bytes verified) and --json rows,
-// pinning with --cpu / --target-cpu, and the errors of bad options.
+// pinning with --cpu / --target-cpu, the bounded waits of --listen / --peer,
+// and the errors of bad options.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -66,6 +68,32 @@ TEST(XferBenchCli, PinnedInitiatorAndTargetAreChecked) {
   expect_checked_rows(run, {1 << 20}, 1);
 }
 
+// A TCP port for this test process (distinct per test run and per test).
+std::string test_port(int offset) { return std::to_string(30000 + (::getpid() * 7 + offset) % 20000); }
+
+TEST(XferBenchCli, ListenGivesUpWhenNoPeerComes) {
+  BoundedRun run = xfer_bench("--listen " + test_port(1) + " --listen-timeout 1");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_LT(run.seconds, 10.0);
+  EXPECT_NE(run.output.find("no --peer connected to port " + test_port(1) + " within 1.0 s"), std::string::npos)
+      << run.output;
+}
+
+TEST(XferBenchCli, PeerGivesUpOnAStoppedTarget) {
+  // The target listens, is stopped (SIGSTOP) before the peer connects, and
+  // never sends its metadata: the peer must fail after --timeout, not hang.
+  const std::string eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
+  const std::string port = test_port(2);
+  const std::string script = eplb + " xfer-bench --listen " + port + " --block-sizes 4K & target=$!; sleep 0.5; " +
+                             "kill -STOP $target; " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
+                             " --block-sizes 4K --timeout 1; status=$?; kill -KILL $target; exit $status";
+  BoundedRun run = run_bounded("sh -c '" + script + "'", "EPLB_LOG=warn", 60);
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.exit_code, 137) << "killed by the time limit: the peer hung";
+  EXPECT_LT(run.seconds, 20.0);
+  EXPECT_NE(run.output.find("the target did not send its metadata within 1.0 s"), std::string::npos) << run.output;
+}
+
 TEST(XferBenchCli, BadOptionsAreRefusedWithTheReason) {
   struct Case {
     const char* arguments;
@@ -81,6 +109,8 @@ TEST(XferBenchCli, BadOptionsAreRefusedWithTheReason) {
       {"--block-sizes 0", "block size '0' out of range"},
       {"--batch 0", "--batch must be 1..65536"},
       {"--peer nocolon", "--peer must be HOST:PORT"},
+      {"--target-poll-ms 0", "--target-poll-ms: Value 0 not in range 1 to 1000"},
+      {"--timeout 0", "--timeout: Value 0 not in range"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arguments);

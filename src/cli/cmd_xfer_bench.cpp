@@ -10,12 +10,9 @@
 // With --listen PORT a process serves as target for a remote --peer.
 // Target protocol: target sends [u64 buffer address][u64 buffer bytes]
 // [metadata]; then serves 'H' (hash a range, for --check of WRITE) and 'Q'.
-#include <arpa/inet.h>
+// The target's side, the control socket and the shared setup are in
+// xfer_bench.h; this file is the initiator and the command line.
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -35,39 +32,17 @@
 #include "command.h"
 #include "eplb/common.h"
 #include "eplb/xfer.h"
+#include "xfer_bench.h"
 
 namespace eplb::cli {
 namespace {
 
+using namespace xfer_bench;
 using xfer::Agent;
 using xfer::AgentConfig;
 using xfer::Descriptor;
 using xfer::Operation;
 using xfer::RequestState;
-
-struct BenchOptions {
-  std::string op = "read";
-  std::string block_sizes = "4K..64M";
-  int batch = 1;
-  int iterations = 0;  // 0: automatic
-  int warmup = 3;
-  std::string transport = "shm";
-  std::string backend = "ucx";
-  std::string memory = "ucx";  // ucx: Agent::allocate_memory; user: heap + register_memory
-  std::string peer;
-  int listen_port = 0;
-  double listen_timeout_seconds = 600;  // how long --listen waits for its --peer
-  int serve_fd = -1;
-  bool check = false;
-  bool json = false;
-  bool yield = true;
-  bool reuse_request = false;  // make one request per block size and repost it
-  bool target_spin = false;    // the target progresses continuously even when the peer does not need it
-  int target_poll_ms = 100;    // otherwise it sleeps on its control socket this long between progress calls
-  int cpu = -1;                // pin this process to this CPU (-1: no pinning)
-  int target_cpu = -1;         // pin the forked target to this CPU (-1: no pinning)
-  double timeout_seconds = 30;
-};
 
 // --- sizes ---------------------------------------------------------------
 
@@ -118,186 +93,6 @@ std::string size_label(uint64_t bytes) {
   if (bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + "M";
   if (bytes % (1ull << 10) == 0) return std::to_string(bytes >> 10) + "K";
   return std::to_string(bytes);
-}
-
-// --- wire ------------------------------------------------------------------
-
-bool write_all(int fd, const void* data, size_t length) {
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  while (length > 0) {
-    const ssize_t n = ::write(fd, bytes, length);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    bytes += n;
-    length -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* data, size_t length) {
-  auto* bytes = static_cast<uint8_t*>(data);
-  while (length > 0) {
-    const ssize_t n = ::read(fd, bytes, length);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    bytes += n;
-    length -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-constexpr uint64_t kMaxMessageBytes = 1 << 24;
-
-// Bounds every blocking read and write on the control socket `fd`: one
-// that waits longer than `seconds` fails (EAGAIN), so read_all / write_all
-// return false instead of hanging on a stopped peer.
-void set_io_timeout(int fd, double seconds) {
-  timeval limit{};
-  limit.tv_sec = static_cast<time_t>(seconds);
-  limit.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(limit.tv_sec)) * 1e6);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
-}
-
-bool send_message(int fd, char type, const std::vector<uint8_t>& payload) {
-  const uint64_t length = payload.size();
-  return write_all(fd, &type, 1) && write_all(fd, &length, 8) && write_all(fd, payload.data(), payload.size());
-}
-
-bool receive_message(int fd, char* type, std::vector<uint8_t>* payload) {
-  uint64_t length = 0;
-  if (!read_all(fd, type, 1) || !read_all(fd, &length, 8) || length > kMaxMessageBytes) return false;
-  payload->resize(length);
-  return read_all(fd, payload->data(), length);
-}
-
-void put_u64(std::vector<uint8_t>& out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
-
-uint64_t get_u64(const std::vector<uint8_t>& in, size_t offset) {
-  uint64_t value = 0;
-  for (int i = 0; i < 8 && offset + i < in.size(); ++i) value |= static_cast<uint64_t>(in[offset + i]) << (8 * i);
-  return value;
-}
-
-// --- content for --check -----------------------------------------------------
-
-uint8_t pattern_byte(uint64_t i) {
-  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
-  return static_cast<uint8_t>(x ^ (x >> 29));
-}
-
-void fill_pattern(uint8_t* data, size_t length, uint64_t salt) {
-  for (size_t i = 0; i < length; ++i) data[i] = pattern_byte(i + salt);
-}
-
-uint64_t fnv1a(const uint8_t* data, size_t length) {
-  uint64_t hash = 1469598103934665603ull;
-  for (size_t i = 0; i < length; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
-  return hash;
-}
-
-// --- transport ---------------------------------------------------------------
-
-Status apply_transport(const std::string& transport) {
-  if (transport == "shm") {
-    setenv("UCX_TLS", "posix,sysv,cma,self", 1);
-    unsetenv("UCX_NET_DEVICES");
-  } else if (transport == "tcp") {
-    setenv("UCX_TLS", "tcp,self", 1);
-    if (std::getenv("UCX_NET_DEVICES") == nullptr) setenv("UCX_NET_DEVICES", "lo", 1);
-  } else if (transport != "env") {
-    return error(Code::InvalidArgument, "--transport must be shm, tcp or env, got '" + transport + "'");
-  }
-  return Status::ok();
-}
-
-Result<std::unique_ptr<Agent>> make_agent(const BenchOptions& options, const std::string& name) {
-  AgentConfig config;
-  config.name = name;
-  config.backend = options.backend;
-  return Agent::create(config);
-}
-
-// --- buffers -------------------------------------------------------------------
-
-// A registered buffer: allocated by the backend (--memory ucx) or on the heap
-// and registered (--memory user).
-struct Buffer {
-  std::vector<uint8_t> heap;
-  uint8_t* data = nullptr;
-  size_t size = 0;
-};
-
-Result<Buffer> make_buffer(const BenchOptions& options, Agent& agent, size_t bytes) {
-  Buffer buffer;
-  buffer.size = bytes;
-  if (options.memory == "ucx") {
-    EPLB_ASSIGN_OR_RETURN(xfer::AllocatedRegion region, agent.allocate_memory(bytes));
-    buffer.data = static_cast<uint8_t*>(region.address);
-  } else {
-    buffer.heap.resize(bytes);
-    buffer.data = buffer.heap.data();
-    EPLB_ASSIGN_OR_RETURN(xfer::RegionId region, agent.register_memory({buffer.data, bytes}));
-    (void)region;
-  }
-  return buffer;
-}
-
-// --- target side ---------------------------------------------------------------
-
-// busy: progress continuously (TCP and software-emulated RMA need the
-// target's progress). Otherwise the peer reads and writes this memory
-// without the target's CPU (UCX-allocated memory on shared memory), and the
-// target sleeps on its control socket, progressing every `poll_ms`
-// milliseconds (UCX keepalive): a spinning target would take CPU and memory
-// bandwidth from the initiator on a small machine, and even waking once a
-// millisecond, as ucx_perftest's server does in a get/put test, lined up
-// with 1 MiB copies ~75 us slower in latency dumps on a 2-vCPU VM.
-void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_ms) {
-  for (;;) {
-    if (busy) {
-      const Stopwatch slice;
-      while (slice.seconds() < 1e-3) {
-        for (int i = 0; i < 64; ++i) agent.progress();
-        sched_yield();
-      }
-    } else {
-      agent.progress();
-    }
-    pollfd readable{fd, POLLIN, 0};
-    if (::poll(&readable, 1, busy ? 0 : poll_ms) <= 0) continue;
-    char type = 0;
-    std::vector<uint8_t> payload;
-    if (!receive_message(fd, &type, &payload) || type == 'Q') return;
-    if (type == 'H') {
-      const uint64_t offset = get_u64(payload, 0), length = get_u64(payload, 8);
-      std::vector<uint8_t> reply;
-      put_u64(reply, offset <= buffer.size && length <= buffer.size - offset ? fnv1a(buffer.data + offset, length)
-                                                                             : 0);
-      if (!send_message(fd, 'h', reply)) return;
-    }
-  }
-}
-
-
-// Serves one initiator on `fd` until 'Q' or EOF.
-Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
-  set_io_timeout(fd, options.timeout_seconds);  // the loop polls before it reads; a message must then follow
-  EPLB_ASSIGN_OR_RETURN(auto agent, make_agent(options, "xfer-bench-target"));
-  EPLB_ASSIGN_OR_RETURN(Buffer buffer, make_buffer(options, *agent, buffer_bytes));
-  fill_pattern(buffer.data, buffer.size, 0);
-  EPLB_ASSIGN_OR_RETURN(auto metadata, agent->export_metadata());
-  std::vector<uint8_t> hello;
-  put_u64(hello, reinterpret_cast<uint64_t>(buffer.data));
-  put_u64(hello, buffer.size);
-  hello.insert(hello.end(), metadata.begin(), metadata.end());
-  if (!send_message(fd, 'M', hello)) return error(Code::IoError, "xfer-bench target: cannot send metadata");
-  const bool busy = options.target_spin || options.transport != "shm" || options.memory != "ucx";
-  serve_loop(*agent, fd, buffer, busy, options.target_poll_ms);
-  agent.reset();  // deregisters before a heap buffer is freed
-  return Status::ok();
 }
 
 // --- initiator side --------------------------------------------------------------
@@ -534,31 +329,6 @@ void print_json(const std::vector<Row>& rows, const BenchOptions& options) {
   std::printf("%s\n", out.dump(2).c_str());
 }
 
-// A CPU number given to --cpu / --target-cpu (`what`): -1 or an existing CPU.
-Status check_cpu(int cpu, const char* what) {
-  const long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
-  if (cpu < -1 || cpu >= CPU_SETSIZE || (cpus > 0 && cpu >= cpus)) {
-    return error(Code::InvalidArgument, std::string(what) + " " + std::to_string(cpu) +
-                                            " does not exist (this machine has " + std::to_string(cpus) +
-                                            " CPUs, numbered from 0; -1: no pinning)");
-  }
-  return Status::ok();
-}
-
-// Pins the calling process to one CPU (`what` names it in the error).
-Status pin_to_cpu(int cpu, const char* what) {
-  EPLB_TRY(check_cpu(cpu, what));
-  if (cpu < 0) return Status::ok();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return error(Code::InvalidArgument,
-                 std::string("cannot pin to ") + what + " " + std::to_string(cpu) + ": " + std::strerror(errno));
-  }
-  return Status::ok();
-}
-
 // Starts this executable again as the target, over a socketpair. The
 // arguments are built before fork(): the child only calls execv.
 Result<Target> fork_target(const BenchOptions& options, uint64_t bytes) {
@@ -589,66 +359,6 @@ Result<Target> fork_target(const BenchOptions& options, uint64_t bytes) {
   target.fd = fds[0];
   target.pid = pid;
   return target;
-}
-
-Result<int> connect_to(const std::string& peer) {
-  const auto colon = peer.rfind(':');
-  if (colon == std::string::npos) return error(Code::InvalidArgument, "--peer must be HOST:PORT, got '" + peer + "'");
-  const std::string host = peer.substr(0, colon), port = peer.substr(colon + 1);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
-    return error(Code::InvalidArgument, "--peer: cannot resolve '" + peer + "'");
-  }
-  int fd = -1;
-  for (addrinfo* at = found; at != nullptr && fd < 0; at = at->ai_next) {
-    fd = ::socket(at->ai_family, at->ai_socktype, at->ai_protocol);
-    if (fd >= 0 && ::connect(fd, at->ai_addr, at->ai_addrlen) != 0) {
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(found);
-  if (fd < 0) return error(Code::RemoteDisconnect, "--peer: cannot connect to " + peer);
-  return fd;
-}
-
-// Waits up to `timeout_seconds` for one connection on `port`.
-Result<int> accept_one(int port, double timeout_seconds) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (listener < 0) return error(Code::IoError, "socket failed");
-  const int yes = 1;
-  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 1) != 0) {
-    ::close(listener);
-    return error(Code::IoError, "--listen: cannot listen on port " + std::to_string(port));
-  }
-  std::fprintf(stderr, "xfer-bench: target listening on port %d (for %s)\n", port,
-               format_seconds(timeout_seconds).c_str());
-  const Deadline deadline = Deadline::after_seconds(timeout_seconds);
-  for (;;) {
-    pollfd ready{listener, POLLIN, 0};
-    const int waited = ::poll(&ready, 1, static_cast<int>(std::clamp(deadline.remaining_seconds() * 1e3, 1.0, 1000.0)));
-    if (waited > 0) break;
-    if (waited < 0 && errno != EINTR) {
-      ::close(listener);
-      return error(Code::IoError, std::string("--listen: poll failed: ") + std::strerror(errno));
-    }
-    if (deadline.expired()) {
-      ::close(listener);
-      return error(Code::Timeout, "--listen: no --peer connected to port " + std::to_string(port) + " within " +
-                                      format_seconds(timeout_seconds) + " (--listen-timeout)");
-    }
-  }
-  const int fd = ::accept(listener, nullptr, nullptr);
-  ::close(listener);
-  if (fd < 0) return error(Code::IoError, "--listen: accept failed");
-  return fd;
 }
 
 Status run_bench(const BenchOptions& options) {

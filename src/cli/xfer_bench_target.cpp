@@ -1,0 +1,142 @@
+// xfer_bench_target.cpp - setup shared by both sides of `eplb xfer-bench`
+// (transport, agent, buffers, CPU pinning) and the target's serve loop (see
+// xfer_bench.h).
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "xfer_bench.h"
+
+namespace eplb::cli::xfer_bench {
+
+using xfer::Agent;
+using xfer::AgentConfig;
+
+// --- transport ---------------------------------------------------------------
+
+Status apply_transport(const std::string& transport) {
+  if (transport == "shm") {
+    setenv("UCX_TLS", "posix,sysv,cma,self", 1);
+    unsetenv("UCX_NET_DEVICES");
+  } else if (transport == "tcp") {
+    setenv("UCX_TLS", "tcp,self", 1);
+    if (std::getenv("UCX_NET_DEVICES") == nullptr) setenv("UCX_NET_DEVICES", "lo", 1);
+  } else if (transport != "env") {
+    return error(Code::InvalidArgument, "--transport must be shm, tcp or env, got '" + transport + "'");
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Agent>> make_agent(const BenchOptions& options, const std::string& name) {
+  AgentConfig config;
+  config.name = name;
+  config.backend = options.backend;
+  return Agent::create(config);
+}
+
+// --- buffers -------------------------------------------------------------------
+
+Result<Buffer> make_buffer(const BenchOptions& options, Agent& agent, size_t bytes) {
+  Buffer buffer;
+  buffer.size = bytes;
+  if (options.memory == "ucx") {
+    EPLB_ASSIGN_OR_RETURN(xfer::AllocatedRegion region, agent.allocate_memory(bytes));
+    buffer.data = static_cast<uint8_t*>(region.address);
+  } else {
+    buffer.heap.resize(bytes);
+    buffer.data = buffer.heap.data();
+    EPLB_ASSIGN_OR_RETURN(xfer::RegionId region, agent.register_memory({buffer.data, bytes}));
+    (void)region;
+  }
+  return buffer;
+}
+
+// A CPU number given to --cpu / --target-cpu (`what`): -1 or an existing CPU.
+Status check_cpu(int cpu, const char* what) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
+  if (cpu < -1 || cpu >= CPU_SETSIZE || (cpus > 0 && cpu >= cpus)) {
+    return error(Code::InvalidArgument, std::string(what) + " " + std::to_string(cpu) +
+                                            " does not exist (this machine has " + std::to_string(cpus) +
+                                            " CPUs, numbered from 0; -1: no pinning)");
+  }
+  return Status::ok();
+}
+
+// Pins the calling process to one CPU (`what` names it in the error).
+Status pin_to_cpu(int cpu, const char* what) {
+  EPLB_TRY(check_cpu(cpu, what));
+  if (cpu < 0) return Status::ok();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return error(Code::InvalidArgument,
+                 std::string("cannot pin to ") + what + " " + std::to_string(cpu) + ": " + std::strerror(errno));
+  }
+  return Status::ok();
+}
+
+// --- target side ---------------------------------------------------------------
+
+// busy: progress continuously (TCP and software-emulated RMA need the
+// target's progress). Otherwise the peer reads and writes this memory
+// without the target's CPU (UCX-allocated memory on shared memory), and the
+// target sleeps on its control socket, progressing every `poll_ms`
+// milliseconds (UCX keepalive): a spinning target would take CPU and memory
+// bandwidth from the initiator on a small machine, and even waking once a
+// millisecond, as ucx_perftest's server does in a get/put test, lined up
+// with 1 MiB copies ~75 us slower in latency dumps on a 2-vCPU VM.
+namespace {
+
+void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_ms) {
+  for (;;) {
+    if (busy) {
+      const Stopwatch slice;
+      while (slice.seconds() < 1e-3) {
+        for (int i = 0; i < 64; ++i) agent.progress();
+        sched_yield();
+      }
+    } else {
+      agent.progress();
+    }
+    pollfd readable{fd, POLLIN, 0};
+    if (::poll(&readable, 1, busy ? 0 : poll_ms) <= 0) continue;
+    char type = 0;
+    std::vector<uint8_t> payload;
+    if (!receive_message(fd, &type, &payload) || type == 'Q') return;
+    if (type == 'H') {
+      const uint64_t offset = get_u64(payload, 0), length = get_u64(payload, 8);
+      std::vector<uint8_t> reply;
+      put_u64(reply, offset <= buffer.size && length <= buffer.size - offset ? fnv1a(buffer.data + offset, length)
+                                                                             : 0);
+      if (!send_message(fd, 'h', reply)) return;
+    }
+  }
+}
+
+
+}  // namespace
+
+// Serves one initiator on `fd` until 'Q' or EOF.
+Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
+  set_io_timeout(fd, options.timeout_seconds);  // the loop polls before it reads; a message must then follow
+  EPLB_ASSIGN_OR_RETURN(auto agent, make_agent(options, "xfer-bench-target"));
+  EPLB_ASSIGN_OR_RETURN(Buffer buffer, make_buffer(options, *agent, buffer_bytes));
+  fill_pattern(buffer.data, buffer.size, 0);
+  EPLB_ASSIGN_OR_RETURN(auto metadata, agent->export_metadata());
+  std::vector<uint8_t> hello;
+  put_u64(hello, reinterpret_cast<uint64_t>(buffer.data));
+  put_u64(hello, buffer.size);
+  hello.insert(hello.end(), metadata.begin(), metadata.end());
+  if (!send_message(fd, 'M', hello)) return error(Code::IoError, "xfer-bench target: cannot send metadata");
+  const bool busy = options.target_spin || options.transport != "shm" || options.memory != "ucx";
+  serve_loop(*agent, fd, buffer, busy, options.target_poll_ms);
+  agent.reset();  // deregisters before a heap buffer is freed
+  return Status::ok();
+}
+
+}  // namespace eplb::cli::xfer_bench

@@ -1,0 +1,157 @@
+// xfer_bench_wire.cpp - the control socket of `eplb xfer-bench` between the
+// initiator and the target, and the --check content (see xfer_bench.h).
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "xfer_bench.h"
+
+namespace eplb::cli::xfer_bench {
+namespace {
+
+bool write_all(int fd, const void* data, size_t length) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  while (length > 0) {
+    const ssize_t n = ::write(fd, bytes, length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes += n;
+    length -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t length) {
+  auto* bytes = static_cast<uint8_t*>(data);
+  while (length > 0) {
+    const ssize_t n = ::read(fd, bytes, length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes += n;
+    length -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+constexpr uint64_t kMaxMessageBytes = 1 << 24;
+
+}  // namespace
+
+// Bounds every blocking read and write on the control socket `fd`: one
+// that waits longer than `seconds` fails (EAGAIN), so read_all / write_all
+// return false instead of hanging on a stopped peer.
+void set_io_timeout(int fd, double seconds) {
+  timeval limit{};
+  limit.tv_sec = static_cast<time_t>(seconds);
+  limit.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(limit.tv_sec)) * 1e6);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+}
+
+bool send_message(int fd, char type, const std::vector<uint8_t>& payload) {
+  const uint64_t length = payload.size();
+  return write_all(fd, &type, 1) && write_all(fd, &length, 8) && write_all(fd, payload.data(), payload.size());
+}
+
+bool receive_message(int fd, char* type, std::vector<uint8_t>* payload) {
+  uint64_t length = 0;
+  if (!read_all(fd, type, 1) || !read_all(fd, &length, 8) || length > kMaxMessageBytes) return false;
+  payload->resize(length);
+  return read_all(fd, payload->data(), length);
+}
+
+void put_u64(std::vector<uint8_t>& out, uint64_t value) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+uint64_t get_u64(const std::vector<uint8_t>& in, size_t offset) {
+  uint64_t value = 0;
+  for (int i = 0; i < 8 && offset + i < in.size(); ++i) value |= static_cast<uint64_t>(in[offset + i]) << (8 * i);
+  return value;
+}
+
+uint8_t pattern_byte(uint64_t i) {
+  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull;
+  return static_cast<uint8_t>(x ^ (x >> 29));
+}
+
+void fill_pattern(uint8_t* data, size_t length, uint64_t salt) {
+  for (size_t i = 0; i < length; ++i) data[i] = pattern_byte(i + salt);
+}
+
+uint64_t fnv1a(const uint8_t* data, size_t length) {
+  uint64_t hash = 1469598103934665603ull;
+  for (size_t i = 0; i < length; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
+  return hash;
+}
+
+Result<int> connect_to(const std::string& peer) {
+  const auto colon = peer.rfind(':');
+  if (colon == std::string::npos) return error(Code::InvalidArgument, "--peer must be HOST:PORT, got '" + peer + "'");
+  const std::string host = peer.substr(0, colon), port = peer.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return error(Code::InvalidArgument, "--peer: cannot resolve '" + peer + "'");
+  }
+  int fd = -1;
+  for (addrinfo* at = found; at != nullptr && fd < 0; at = at->ai_next) {
+    fd = ::socket(at->ai_family, at->ai_socktype, at->ai_protocol);
+    if (fd >= 0 && ::connect(fd, at->ai_addr, at->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) return error(Code::RemoteDisconnect, "--peer: cannot connect to " + peer);
+  return fd;
+}
+
+// Waits up to `timeout_seconds` for one connection on `port`.
+Result<int> accept_one(int port, double timeout_seconds) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) return error(Code::IoError, "socket failed");
+  const int yes = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 1) != 0) {
+    ::close(listener);
+    return error(Code::IoError, "--listen: cannot listen on port " + std::to_string(port));
+  }
+  std::fprintf(stderr, "xfer-bench: target listening on port %d (for %s)\n", port,
+               format_seconds(timeout_seconds).c_str());
+  const Deadline deadline = Deadline::after_seconds(timeout_seconds);
+  for (;;) {
+    pollfd ready{listener, POLLIN, 0};
+    const int waited = ::poll(&ready, 1, static_cast<int>(std::clamp(deadline.remaining_seconds() * 1e3, 1.0, 1000.0)));
+    if (waited > 0) break;
+    if (waited < 0 && errno != EINTR) {
+      ::close(listener);
+      return error(Code::IoError, std::string("--listen: poll failed: ") + std::strerror(errno));
+    }
+    if (deadline.expired()) {
+      ::close(listener);
+      return error(Code::Timeout, "--listen: no --peer connected to port " + std::to_string(port) + " within " +
+                                      format_seconds(timeout_seconds) + " (--listen-timeout)");
+    }
+  }
+  const int fd = ::accept(listener, nullptr, nullptr);
+  ::close(listener);
+  if (fd < 0) return error(Code::IoError, "--listen: accept failed");
+  return fd;
+}
+
+}  // namespace eplb::cli::xfer_bench

@@ -233,7 +233,6 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
     whole.push_back(finished * 1e6);
   }
   const double seconds = timed_loop.seconds();
-  if (const char* dump = getenv("EPLB_DUMP_LAT")) { FILE* f = fopen(dump, "w"); double at = 0; for (double w : whole) { fprintf(f, "%.3f %.3f\n", at, w); at += w; } fclose(f); }
   if (options.reuse_request) {
     EPLB_TRY(agent.release(*reused));
     prepare.assign(1, made_us);  // the one make_request of this block size

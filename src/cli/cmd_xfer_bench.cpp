@@ -384,7 +384,6 @@ Status run_bench(const BenchOptions& options) {
   EPLB_TRY(check_cpu(options.target_cpu, "--target-cpu"));  // applied by the target itself
   EPLB_TRY(pin_to_cpu(options.cpu, "--cpu"));
 
-  if (options.serve_fd >= 0) return serve(options, options.serve_fd, bytes);
   if (options.listen_port > 0) {
     EPLB_ASSIGN_OR_RETURN(int fd, accept_one(options.listen_port, options.listen_timeout_seconds));
     Status served = serve(options, fd, bytes);

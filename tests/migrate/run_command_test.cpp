@@ -171,7 +171,7 @@ TEST(RunCommand, AcrossTwoNetworkNamespacesOverTcp) {
   Outcome outcome = run("bash " EPLB_SOURCE_DIR "/scripts/netns_mpirun.sh -n 4 " + kBinary +
                             " run --bootstrap mpi --transport tcp --nodes 2 --layers 3 --experts 16 --replicas 24"
                             " --groups 1 --bytes-per-expert 512KiB --rounds 2 --window 10 --json " + json,
-                        "", 150);
+                        "-u UCX_TLS", 150);  // --transport tcp decides, not a UCX_TLS left in the caller's shell
   if (outcome.exit_code == 77) GTEST_SKIP() << "cannot create network namespaces here: " << outcome.output;
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);

@@ -11,6 +11,8 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -125,12 +127,14 @@ Status run(const BootstrapCheckOptions& options) {
     std::error_code ec;
     std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) return error(Code::IoError, "cannot find the eplb executable: " + ec.message());
-    std::vector<std::string> argv = {self,         "bootstrap-check", "--bootstrap",
-                                     "local",      "--timeout",       std::to_string(options.timeout),
-                                     "--rounds",   std::to_string(options.rounds),
-                                     "--bytes",    std::to_string(options.bytes)};
-    auto launched = launch_local_ranks(options.ranks, argv, Deadline::after_seconds(options.timeout * 4 + 10), 5);
-    return launched.status();
+    LaunchOptions launch;
+    launch.size = options.ranks;
+    launch.argv = {self,     "bootstrap-check",         "--bootstrap", "local",
+                   "--timeout", fmt::format("{}", options.timeout), "--rounds",   fmt::format("{}", options.rounds),
+                   "--bytes",   fmt::format("{}", options.bytes)};
+    launch.deadline = Deadline::after_seconds(options.timeout * 4 + 10);
+    launch.echo_exit_codes = {kExitTimeout, kExitPeerLost};
+    return launch_status(launch_local_ranks(launch));
   }
   return run_rank(options, bootstrap);
 }

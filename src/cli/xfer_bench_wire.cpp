@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/bytes.h"
 #include "xfer_bench.h"
 
 namespace eplb::cli::xfer_bench {
@@ -58,25 +59,20 @@ void set_io_timeout(int fd, double seconds) {
 }
 
 bool send_message(int fd, char type, const std::vector<uint8_t>& payload) {
-  const uint64_t length = payload.size();
-  return write_all(fd, &type, 1) && write_all(fd, &length, 8) && write_all(fd, payload.data(), payload.size());
+  uint8_t header[9];
+  header[0] = static_cast<uint8_t>(type);
+  bytes::store<uint64_t>(header + 1, payload.size());
+  return write_all(fd, header, sizeof header) && write_all(fd, payload.data(), payload.size());
 }
 
 bool receive_message(int fd, char* type, std::vector<uint8_t>* payload) {
-  uint64_t length = 0;
-  if (!read_all(fd, type, 1) || !read_all(fd, &length, 8) || length > kMaxMessageBytes) return false;
+  uint8_t header[9];
+  if (!read_all(fd, header, sizeof header)) return false;
+  const uint64_t length = bytes::load<uint64_t>(header + 1);
+  if (length > kMaxMessageBytes) return false;
+  *type = static_cast<char>(header[0]);
   payload->resize(length);
   return read_all(fd, payload->data(), length);
-}
-
-void put_u64(std::vector<uint8_t>& out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
-
-uint64_t get_u64(const std::vector<uint8_t>& in, size_t offset) {
-  uint64_t value = 0;
-  for (int i = 0; i < 8 && offset + i < in.size(); ++i) value |= static_cast<uint64_t>(in[offset + i]) << (8 * i);
-  return value;
 }
 
 uint8_t pattern_byte(uint64_t i) {
@@ -86,12 +82,6 @@ uint8_t pattern_byte(uint64_t i) {
 
 void fill_pattern(uint8_t* data, size_t length, uint64_t salt) {
   for (size_t i = 0; i < length; ++i) data[i] = pattern_byte(i + salt);
-}
-
-uint64_t fnv1a(const uint8_t* data, size_t length) {
-  uint64_t hash = 1469598103934665603ull;
-  for (size_t i = 0; i < length; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
-  return hash;
 }
 
 Result<int> connect_to(const std::string& peer) {

@@ -1,6 +1,5 @@
-// layout.cpp - StoreLayout (tensors per layer), its wire encoding, the
-// default tensor split, --tensors / byte-size parsing, and the cross-rank
-// layout comparison.
+// layout.cpp - StoreLayout (tensors per layer), its wire encoding and the
+// cross-rank layout comparison.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -8,8 +7,8 @@
 #include <set>
 #include <string>
 
+#include "common/bytes.h"
 #include "eplb/migrate.h"
-#include "wire.h"
 
 namespace eplb {
 namespace {
@@ -20,7 +19,6 @@ constexpr uint32_t kMaxTensors = 256;
 constexpr uint64_t kMaxName = 128;
 constexpr uint32_t kMaxSlotsPerRank = 1u << 20;
 
-uint64_t round_down(uint64_t value, uint64_t multiple) { return value / multiple * multiple; }
 }  // namespace
 
 StoreLayout StoreLayout::uniform(int num_layers, int slots_per_rank, const std::vector<TensorSpec>& tensors) {
@@ -83,7 +81,7 @@ Status StoreLayout::validate() const {
 }
 
 std::string StoreLayout::encode() const {
-  migrate_wire::Writer writer;
+  bytes::Writer writer;
   writer.raw(kLayoutMagic);
   writer.u32(kLayoutVersion);
   writer.u32(uint32_t(slots_per_rank));
@@ -91,21 +89,21 @@ std::string StoreLayout::encode() const {
   for (const auto& tensors : layers) {
     writer.u32(uint32_t(tensors.size()));
     for (const auto& tensor : tensors) {
-      writer.bytes(tensor.name);
+      writer.blob(tensor.name);
       writer.u64(tensor.bytes_per_expert);
     }
   }
   return writer.take();
 }
 
-Result<StoreLayout> StoreLayout::decode(std::string_view bytes) {
-  migrate_wire::Reader reader(bytes);
+Result<StoreLayout> StoreLayout::decode(std::string_view message) {
+  bytes::Reader reader(message);
   auto bad = [&](const std::string& what) {
-    return error(Code::Mismatch, "expert store layout message (" + std::to_string(bytes.size()) +
+    return error(Code::Mismatch, "expert store layout message (" + std::to_string(message.size()) +
                                      " bytes) is malformed at byte " + std::to_string(reader.position()) + ": " +
                                      what);
   };
-  if (!reader.raw(kLayoutMagic)) return bad("bad magic");
+  if (!reader.expect(kLayoutMagic)) return bad("bad magic");
   uint32_t version = reader.u32();
   if (!reader.ok()) return bad("truncated");
   if (version != kLayoutVersion)
@@ -124,7 +122,7 @@ Result<StoreLayout> StoreLayout::decode(std::string_view bytes) {
     if (count == 0 || count > kMaxTensors) return bad("tensor count " + std::to_string(count));
     tensors.resize(count);
     for (auto& tensor : tensors) {
-      tensor.name = std::string(reader.bytes(kMaxName));
+      tensor.name = std::string(reader.blob(kMaxName));
       tensor.bytes_per_expert = reader.u64();
       if (!reader.ok()) return bad("truncated tensor entry");
     }
@@ -144,73 +142,6 @@ std::string StoreLayout::to_string() const {
   return text + "]";
 }
 
-std::vector<TensorSpec> default_tensors(uint64_t bytes_per_expert) {
-  if (bytes_per_expert < 3072) return {{"weight", bytes_per_expert}};
-  uint64_t scales = std::max<uint64_t>(64, (bytes_per_expert / 256 + 63) / 64 * 64);
-  uint64_t rest = bytes_per_expert - scales;
-  uint64_t down = round_down(rest / 3, 64);
-  uint64_t gate_up = rest - down;
-  return {{"gate_up", gate_up}, {"down", down}, {"scales", scales}};
-}
-
-Result<uint64_t> parse_byte_size(std::string_view text) {
-  std::string value(text);
-  auto bad = [&] {
-    return error(Code::InvalidArgument, "'" + value +
-                                            "' is not a byte size (examples: 4096, 512KiB, 1MiB, 1.5GiB; units B, "
-                                            "K/KiB/KB, M/MiB/MB, G/GiB/GB are all powers of 1024)");
-  };
-  size_t i = 0;
-  while (i < value.size() && (std::isdigit(static_cast<unsigned char>(value[i])) || value[i] == '.')) ++i;
-  if (i == 0) return bad();
-  char* end = nullptr;
-  std::string number = value.substr(0, i);
-  double amount = std::strtod(number.c_str(), &end);
-  if (end != number.c_str() + number.size()) return bad();
-  std::string unit = value.substr(i);
-  std::string lower;
-  for (char c : unit) lower += char(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 0;
-  if (lower.empty() || lower == "b") scale = 1;
-  else if (lower == "k" || lower == "kb" || lower == "kib") scale = 1024.0;
-  else if (lower == "m" || lower == "mb" || lower == "mib") scale = 1024.0 * 1024;
-  else if (lower == "g" || lower == "gb" || lower == "gib") scale = 1024.0 * 1024 * 1024;
-  else return bad();
-  double bytes = amount * scale;
-  if (!std::isfinite(bytes) || bytes < 1 || bytes > double(uint64_t(1) << 40) || bytes != std::floor(bytes))
-    return error(Code::InvalidArgument, "byte size '" + value + "' must be a whole number of bytes in [1 B, 1 TiB]");
-  return uint64_t(bytes);
-}
-
-Result<std::vector<TensorSpec>> parse_tensors(std::string_view spec) {
-  std::vector<TensorSpec> tensors;
-  std::string text(spec);
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(start, comma - start);
-    size_t colon = item.find(':');
-    if (item.empty() || colon == std::string::npos || colon == 0 || colon + 1 == item.size())
-      return error(Code::InvalidArgument, "--tensors: '" + item +
-                                              "' is not name:bytes (example: gate_up:2MiB,down:1MiB,scales:8KiB)");
-    std::string name = item.substr(0, colon);
-    for (char c : name)
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-        return error(Code::InvalidArgument, "--tensors: tensor name '" + name +
-                                                "' may only hold letters, digits, '_', '-' and '.'");
-    auto bytes = parse_byte_size(item.substr(colon + 1));
-    if (!bytes) return bytes.status().with_context("--tensors: tensor '" + name + "'");
-    for (const auto& tensor : tensors)
-      if (tensor.name == name) return error(Code::InvalidArgument, "--tensors names '" + name + "' twice");
-    tensors.push_back({name, *bytes});
-    start = comma + 1;
-  }
-  if (tensors.empty() || tensors.size() > kMaxTensors)
-    return error(Code::InvalidArgument, "--tensors needs 1.." + std::to_string(kMaxTensors) + " tensors");
-  return tensors;
-}
-
 Status check_layouts_agree(const std::vector<std::string>& encoded_layouts) {
   if (encoded_layouts.empty()) return error(Code::Internal, "layout check with no ranks");
   std::vector<StoreLayout> layouts;
@@ -222,7 +153,7 @@ Status check_layouts_agree(const std::vector<std::string>& encoded_layouts) {
   const StoreLayout& reference = layouts[0];
   const std::string hint =
       ". Every rank must hold the same expert layout (same layers, tensors and bytes per expert); "
-      "start all ranks with the same --layers/--tensors/--bytes-per-expert (an engine must hand in "
+      "start all ranks with the same layers, tensors and bytes per expert (an engine must hand in "
       "buffers of the same shape on every rank).";
   for (size_t r = 1; r < layouts.size(); ++r) {
     const StoreLayout& other = layouts[r];

@@ -1,6 +1,5 @@
 // store.cpp - ExpertStore: this rank's live expert rows (an owned arena or
-// engine buffers), the staging area, checksums, simulated fill and
-// byte-for-byte verification.
+// engine buffers), the staging area and the rows' checksums.
 #include <sys/mman.h>
 #include <xxhash.h>
 
@@ -9,7 +8,6 @@
 #include <vector>
 
 #include "eplb/migrate.h"
-#include "eplb/sim.h"
 
 namespace eplb {
 namespace {
@@ -176,6 +174,10 @@ void ExpertStore::forget_checksums() {
   for (int l = 0; l < layout_.num_layers(); ++l) reset_checksums(l);
 }
 
+void ExpertStore::forget_checksums(int layer) {
+  if (layer >= 0 && layer < layout_.num_layers()) reset_checksums(layer);
+}
+
 std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
   std::vector<xfer::MemoryRegion> regions;
   if (arena_) {
@@ -190,61 +192,6 @@ std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
   }
   regions.push_back({staging_, staging_bytes_, xfer::MemoryKind::Host, 0});
   return regions;
-}
-
-void ExpertStore::fill_simulated(const Placement& placement, int layer) {
-  reset_checksums(layer);
-  for (int s = 0; s < slots_per_rank(); ++s) {
-    int expert = placement.phy2log(layer, first_slot_ + s);
-    for (size_t t = 0; t < layout_.layers[layer].size(); ++t) {
-      std::span<uint8_t> out(row(layer, s, int(t)), row_bytes(layer, int(t)));
-      if (expert < 0)
-        std::memset(out.data(), 0, out.size());
-      else
-        fill_expert_bytes(layer, expert, int(t), 0, out);
-    }
-  }
-}
-
-void ExpertStore::fill_simulated(const Placement& placement) {
-  for (int l = 0; l < layout_.num_layers(); ++l) fill_simulated(placement, l);
-}
-
-Status ExpertStore::verify_simulated(const Placement& placement) const {
-  if (placement.num_layers() != layout_.num_layers() ||
-      placement.num_slots() < first_slot_ + slots_per_rank())
-    return error(Code::InvalidArgument, "verify: the placement (" + std::to_string(placement.num_layers()) +
-                                            " layers, " + std::to_string(placement.num_slots()) +
-                                            " slots) does not cover this store (" + layout_.to_string() +
-                                            ", first slot " + std::to_string(first_slot_) + ")");
-  constexpr uint64_t kChunk = 256 * 1024;
-  std::vector<uint8_t> expected(kChunk);
-  for (int l = 0; l < layout_.num_layers(); ++l)
-    for (int s = 0; s < slots_per_rank(); ++s) {
-      int expert = placement.phy2log(l, first_slot_ + s);
-      for (size_t t = 0; t < layout_.layers[l].size(); ++t) {
-        const uint8_t* live = row(l, s, int(t));
-        uint64_t bytes = row_bytes(l, int(t));
-        for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
-          uint64_t length = std::min(kChunk, bytes - offset);
-          std::span<uint8_t> want(expected.data(), length);
-          if (expert < 0)
-            std::memset(want.data(), 0, length);
-          else
-            fill_expert_bytes(l, expert, int(t), offset, want);
-          if (std::memcmp(live + offset, want.data(), length) != 0) {
-            uint64_t first = offset;
-            while (live[first] == want[first - offset]) ++first;
-            return error(Code::Mismatch,
-                         "verify: layer " + std::to_string(l) + " slot " + std::to_string(first_slot_ + s) +
-                             " should hold expert " + std::to_string(expert) + " but tensor '" +
-                             layout_.layers[l][t].name + "' differs at byte " + std::to_string(first) + " of " +
-                             std::to_string(bytes));
-          }
-        }
-      }
-    }
-  return Status::ok();
 }
 
 }  // namespace eplb

@@ -44,7 +44,7 @@ void append(std::vector<ListEntry>& entries, const ListEntry& entry, bool merge)
 
 }  // namespace
 
-Result<DescriptorListId> AgentImpl::prepare_local(std::span<const Descriptor> descriptors, bool merge) {
+Result<DescriptorListId> Agent::Impl::prepare_local(std::span<const Descriptor> descriptors, bool merge) {
   if (descriptors.empty()) return error(Code::InvalidArgument, "agent " + name_ + ": empty local descriptor list");
   auto list = std::make_shared<DescriptorListState>();
   list->entries.reserve(descriptors.size());
@@ -77,7 +77,7 @@ Result<DescriptorListId> AgentImpl::prepare_local(std::span<const Descriptor> de
   return id;
 }
 
-Result<DescriptorListId> AgentImpl::prepare_remote(const std::string& peer_name, std::span<const Descriptor> descriptors,
+Result<DescriptorListId> Agent::Impl::prepare_remote(const std::string& peer_name, std::span<const Descriptor> descriptors,
                                                    bool merge) {
   auto found = peers_.find(peer_name);
   if (found == peers_.end())
@@ -119,26 +119,26 @@ Result<DescriptorListId> AgentImpl::prepare_remote(const std::string& peer_name,
   return id;
 }
 
-Result<size_t> AgentImpl::descriptor_count(DescriptorListId id) const {
+Result<size_t> Agent::Impl::descriptor_count(DescriptorListId id) const {
   auto found = lists_.find(id);
   if (found == lists_.end())
     return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(id));
   return found->second->entries.size();
 }
 
-Status AgentImpl::release_descriptor_list(DescriptorListId id) {
+Status Agent::Impl::release_descriptor_list(DescriptorListId id) {
   if (lists_.erase(id) == 0)
     return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(id));
   return Status::ok();
 }
 
-bool AgentImpl::is_stale(const DescriptorListState& list) const {
+bool Agent::Impl::is_stale(const DescriptorListState& list) const {
   if (!list.remote) return false;
   auto found = peers_.find(list.peer->name);
   return found == peers_.end() || found->second->generation != list.peer_generation;
 }
 
-Status AgentImpl::stale_list_error(const DescriptorListState& list, const std::string& what) const {
+Status Agent::Impl::stale_list_error(const DescriptorListState& list, const std::string& what) const {
   return error(Code::NotAllowed, "agent " + name_ + ": " + what + " was prepared against agent " + list.peer->name +
                                      " before it was invalidated; load its metadata and prepare the list again");
 }

@@ -53,13 +53,13 @@ Status resolve_indices(const std::string& agent, const char* side, std::span<con
 
 }  // namespace
 
-std::string AgentImpl::describe(const RequestStateRecord& request) const {
+std::string Agent::Impl::describe(const RequestStateRecord& request) const {
   return std::string(operation_name(request.op)) + " of " + plural(request.segments.size(), "descriptor") + " (" +
          format_bytes(request.total_bytes) + ") " + (request.op == Operation::Read ? "from" : "to") + " agent " +
          request.remote->peer->name;
 }
 
-Result<RequestId> AgentImpl::make_request(Operation op, DescriptorListId local_id, std::span<const int> local_indices,
+Result<RequestId> Agent::Impl::make_request(Operation op, DescriptorListId local_id, std::span<const int> local_indices,
                                           DescriptorListId remote_id, std::span<const int> remote_indices,
                                           const std::string& notification) {
   if (op != Operation::Read && op != Operation::Write)
@@ -112,7 +112,7 @@ Result<RequestId> AgentImpl::make_request(Operation op, DescriptorListId local_i
   return id;
 }
 
-Status AgentImpl::fail_request(RequestStateRecord& request, const Status& backend_failure) {
+Status Agent::Impl::fail_request(RequestStateRecord& request, const Status& backend_failure) {
   request.backend.reset();
   request.phase = RequestPhase::Failed;
   Code code = backend_failure.is_ok() ? Code::Internal : backend_failure.code();
@@ -122,7 +122,7 @@ Status AgentImpl::fail_request(RequestStateRecord& request, const Status& backen
   return request.failure;
 }
 
-Status AgentImpl::post(RequestId id) {
+Status Agent::Impl::post(RequestId id) {
   auto found = requests_.find(id);
   if (found == requests_.end()) return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id));
   RequestStateRecord& request = *found->second;
@@ -140,7 +140,7 @@ Status AgentImpl::post(RequestId id) {
   return Status::ok();
 }
 
-void AgentImpl::poll(RequestStateRecord& request) {
+void Agent::Impl::poll(RequestStateRecord& request) {
   if (request.phase != RequestPhase::InProgress || !request.backend) return;
   Status failure;
   switch (request.backend->poll(&failure)) {
@@ -153,7 +153,7 @@ void AgentImpl::poll(RequestStateRecord& request) {
   }
 }
 
-RequestStatus AgentImpl::status(RequestId id) {
+RequestStatus Agent::Impl::status(RequestId id) {
   auto found = requests_.find(id);
   if (found == requests_.end())
     return {RequestState::Failed, error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id))};
@@ -176,7 +176,7 @@ RequestStatus AgentImpl::status(RequestId id) {
   return {RequestState::Failed, error(Code::Internal, "request in an unknown phase")};
 }
 
-Status AgentImpl::release(RequestId id) {
+Status Agent::Impl::release(RequestId id) {
   auto found = requests_.find(id);
   if (found == requests_.end())
     return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id) + " (released already?)");
@@ -184,7 +184,7 @@ Status AgentImpl::release(RequestId id) {
   return Status::ok();
 }
 
-Status AgentImpl::wait(std::span<const RequestId> ids, Deadline deadline) {
+Status Agent::Impl::wait(std::span<const RequestId> ids, Deadline deadline) {
   std::vector<RequestStateRecord*> waiting;
   waiting.reserve(ids.size());
   for (RequestId id : ids) {
@@ -224,7 +224,7 @@ Status AgentImpl::wait(std::span<const RequestId> ids, Deadline deadline) {
                                   " still in progress: " + listed);
 }
 
-Status AgentImpl::send_notification(const std::string& peer, const std::string& message) {
+Status Agent::Impl::send_notification(const std::string& peer, const std::string& message) {
   auto found = peers_.find(peer);
   if (found == peers_.end())
     return error(Code::NotFound, "agent " + name_ + ": unknown peer " + peer + " (load its metadata first)");
@@ -234,12 +234,12 @@ Status AgentImpl::send_notification(const std::string& peer, const std::string& 
                                 std::string(code_name(sent.code())) + " (" + sent.message() + ")");
 }
 
-std::vector<Notification> AgentImpl::take_notifications() {
+std::vector<Notification> Agent::Impl::take_notifications() {
   backend_->progress();
   return backend_->take_notifications();
 }
 
-Result<std::vector<Notification>> AgentImpl::wait_notifications(Deadline deadline) {
+Result<std::vector<Notification>> Agent::Impl::wait_notifications(Deadline deadline) {
   Stopwatch waited;
   Pacer pacer(deadline);
   for (;;) {

@@ -48,7 +48,7 @@ std::string host_description() {
     ::freeifaddrs(list);
   }
   if (addresses.empty()) addresses = "(loopback only)";
-  return std::string(host) + "\t" + std::to_string(::getpid()) + "\t" + addresses;
+  return fmt::format("{}\t{}\t{}", host, ::getpid(), addresses);
 }
 
 Result<std::unique_ptr<ProcessGroup>> join_group(const std::string& bootstrap, double timeout) {
@@ -86,8 +86,7 @@ Status run_rank(const BootstrapCheckOptions& options, const std::string& bootstr
     EPLB_ASSIGN_OR_RETURN(auto all, group->allgather(payload, Deadline::after_seconds(options.timeout)));
     for (int r = 0; r < size; ++r)
       if (all[r] != std::string(options.bytes, static_cast<char>('a' + r % 26)))
-        return error(Code::Mismatch, "allgather round " + std::to_string(round) + ": wrong bytes from rank " +
-                                         std::to_string(r));
+        return error(Code::Mismatch, fmt::format("allgather round {}: wrong bytes from rank {}", round, r));
   }
   double allgather_seconds = allgather_time.seconds();
   // Every rank confirms it saw the same table.
@@ -108,7 +107,7 @@ Status run_rank(const BootstrapCheckOptions& options, const std::string& bootstr
   }
   if (!agreed) {
     for (int r = 0; r < size; ++r)
-      if (!reasons[r].empty()) return error(Code::Mismatch, "rank " + std::to_string(r) + " " + reasons[r]);
+      if (!reasons[r].empty()) return error(Code::Mismatch, fmt::format("rank {} {}", r, reasons[r]));
   }
   if (rank == 0) std::printf("vote: all %d ranks agree\n", size);
   return Status::ok();

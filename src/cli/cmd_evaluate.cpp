@@ -46,8 +46,8 @@ Result<Topology> topology_for(const EvaluateArgs& args, const LoadTrace& trace) 
     topology.num_nodes = preset.num_nodes;
     topology.num_ranks = preset.num_ranks;
     if (preset.num_experts != trace.num_experts)
-      return error(Code::InvalidArgument, "preset " + args.preset + " has " + std::to_string(preset.num_experts) +
-                                              " experts but the trace has " + std::to_string(trace.num_experts));
+      return error(Code::InvalidArgument, fmt::format("preset {} has {} experts but the trace has {}", args.preset,
+                                                      preset.num_experts, trace.num_experts));
   }
   if (args.replicas > 0) topology.num_slots = args.replicas;
   if (args.groups > 0) topology.num_groups = args.groups;

@@ -1,6 +1,7 @@
 // xfer_bench_target.cpp - setup shared by both sides of `eplb xfer-bench`
 // (transport, agent, buffers, CPU pinning) and the target's serve loop (see
 // xfer_bench.h).
+#include <fmt/format.h>
 #include <poll.h>
 #include <sched.h>
 #include <unistd.h>
@@ -56,9 +57,9 @@ Result<Buffer> make_buffer(const BenchOptions& options, Agent& agent, size_t byt
 Status check_cpu(int cpu, const char* what) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
   if (cpu < -1 || cpu >= CPU_SETSIZE || (cpus > 0 && cpu >= cpus)) {
-    return error(Code::InvalidArgument, std::string(what) + " " + std::to_string(cpu) +
-                                            " does not exist (this machine has " + std::to_string(cpus) +
-                                            " CPUs, numbered from 0; -1: no pinning)");
+    return error(Code::InvalidArgument,
+                 fmt::format("{} {} does not exist (this machine has {} CPUs, numbered from 0; -1: no pinning)",
+                             std::string(what), cpu, cpus));
   }
   return Status::ok();
 }
@@ -71,8 +72,7 @@ Status pin_to_cpu(int cpu, const char* what) {
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return error(Code::InvalidArgument,
-                 std::string("cannot pin to ") + what + " " + std::to_string(cpu) + ": " + std::strerror(errno));
+    return error(Code::InvalidArgument, fmt::format("cannot pin to {} {}: {}", what, cpu, std::strerror(errno)));
   }
   return Status::ok();
 }

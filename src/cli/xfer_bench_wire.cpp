@@ -1,5 +1,6 @@
 // xfer_bench_wire.cpp - the control socket of `eplb xfer-bench` between the
 // initiator and the target, and the --check content (see xfer_bench.h).
+#include <fmt/format.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -119,7 +120,7 @@ Result<int> accept_one(int port, double timeout_seconds) {
   address.sin_addr.s_addr = htonl(INADDR_ANY);
   if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 1) != 0) {
     ::close(listener);
-    return error(Code::IoError, "--listen: cannot listen on port " + std::to_string(port));
+    return error(Code::IoError, fmt::format("--listen: cannot listen on port {}", port));
   }
   std::fprintf(stderr, "xfer-bench: target listening on port %d (for %s)\n", port,
                format_seconds(timeout_seconds).c_str());
@@ -134,8 +135,8 @@ Result<int> accept_one(int port, double timeout_seconds) {
     }
     if (deadline.expired()) {
       ::close(listener);
-      return error(Code::Timeout, "--listen: no --peer connected to port " + std::to_string(port) + " within " +
-                                      format_seconds(timeout_seconds) + " (--listen-timeout)");
+      return error(Code::Timeout, fmt::format("--listen: no --peer connected to port {} within {} (--listen-timeout)",
+                                              port, format_seconds(timeout_seconds)));
     }
   }
   const int fd = ::accept(listener, nullptr, nullptr);

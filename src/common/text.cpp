@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 
 namespace eplb::text {
 namespace {
@@ -63,6 +65,42 @@ Result<uint64_t> parse_uint(std::string_view text, std::string_view what) {
 Result<double> parse_double(std::string_view text, std::string_view what) {
   EPLB_ASSIGN_OR_RETURN(double value, parse_whole<double>(text, what, "a number"));
   if (!std::isfinite(value)) return error(Code::InvalidArgument, fmt::format("{} '{}' is not finite", what, text));
+  return value;
+}
+
+namespace {
+
+// The decimal exponent of the leading digit of a number in from_chars'
+// general format ("0.00012e-3" -> -7); only for numbers out of range.
+int64_t decimal_magnitude(std::string_view text) {
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) text.remove_prefix(1);
+  const size_t e = text.find_first_of("eE");
+  int64_t exponent = 0;
+  if (e != std::string_view::npos) {
+    std::string_view digits = text.substr(e + 1);
+    if (!digits.empty() && digits[0] == '+') digits.remove_prefix(1);
+    std::from_chars(digits.data(), digits.data() + digits.size(), exponent);
+  }
+  const std::string_view mantissa = text.substr(0, e);
+  const size_t point = std::min(mantissa.find('.'), mantissa.size());
+  const size_t first = mantissa.find_first_not_of("0.");
+  if (first == std::string_view::npos) return INT64_MIN;  // zero
+  return exponent + (first < point ? int64_t(point - first) - 1 : -int64_t(first - point));
+}
+
+}  // namespace
+
+Result<double> parse_double_nearest(std::string_view text, std::string_view what) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, ec] = std::from_chars(text.data(), end, value);
+  if (ec == std::errc::result_out_of_range && stop == end) {
+    if (decimal_magnitude(text) >= 0)
+      return error(Code::InvalidArgument, fmt::format("{} '{}' overflows a double", what, text));
+    return text[0] == '-' ? -0.0 : 0.0;
+  }
+  if (text.empty() || ec != std::errc() || stop != end)
+    return error(Code::InvalidArgument, fmt::format("{} '{}' is not a number", what, text));
   return value;
 }
 

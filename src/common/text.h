@@ -32,6 +32,11 @@ Result<int64_t> parse_int(std::string_view text, std::string_view what);
 Result<uint64_t> parse_uint(std::string_view text, std::string_view what);
 // Finite only ("nan", "inf" are refused).
 Result<double> parse_double(std::string_view text, std::string_view what);
+// Any double std::from_chars reads, "nan" and "inf" included (the caller
+// checks what it accepts), and a number too small for a double (1e-400)
+// as its nearest double, 0; one too large (1e400) is InvalidArgument
+// "... overflows a double".
+Result<double> parse_double_nearest(std::string_view text, std::string_view what);
 // An integer in [low, high].
 Result<int64_t> parse_int_in(std::string_view text, std::string_view what, int64_t low, int64_t high);
 

@@ -1,5 +1,6 @@
 // store.cpp - ExpertStore: this rank's live expert rows (an owned arena or
 // engine buffers), the staging area and the rows' checksums.
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <xxhash.h>
 
@@ -45,9 +46,9 @@ ExpertStore::~ExpertStore() {
 
 static Status check_first_slot(const StoreLayout& layout, int first_slot) {
   if (first_slot < 0 || first_slot % layout.slots_per_rank != 0)
-    return error(Code::InvalidArgument, "expert store: first slot " + std::to_string(first_slot) +
-                                            " is not a multiple of the slots per rank (" +
-                                            std::to_string(layout.slots_per_rank) + ")");
+    return error(Code::InvalidArgument,
+                 fmt::format("expert store: first slot {} is not a multiple of the slots per rank ({})", first_slot,
+                             layout.slots_per_rank));
   return Status::ok();
 }
 
@@ -94,22 +95,21 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::adopt(const StoreLayout& layou
   EPLB_TRY(layout.validate());
   EPLB_TRY(check_first_slot(layout, first_slot));
   if (memory.size() != layout.layers.size())
-    return error(Code::InvalidArgument, "expert store: engine memory lists " + std::to_string(memory.size()) +
-                                            " layers, the layout has " + std::to_string(layout.layers.size()));
+    return error(Code::InvalidArgument, fmt::format("expert store: engine memory lists {} layers, the layout has {}",
+                                                    memory.size(), layout.layers.size()));
   for (size_t l = 0; l < memory.size(); ++l) {
     if (memory[l].size() != layout.layers[l].size())
-      return error(Code::InvalidArgument, "expert store: engine memory of layer " + std::to_string(l) + " lists " +
-                                              std::to_string(memory[l].size()) + " tensors, the layout has " +
-                                              std::to_string(layout.layers[l].size()));
+      return error(Code::InvalidArgument,
+                   fmt::format("expert store: engine memory of layer {} lists {} tensors, the layout has {}", l,
+                               memory[l].size(), layout.layers[l].size()));
     for (size_t t = 0; t < memory[l].size(); ++t) {
       auto& buffer = memory[l][t];
       const auto& tensor = layout.layers[l][t];
       if (buffer.row_stride == 0) buffer.row_stride = tensor.bytes_per_expert;
       if (buffer.address == nullptr || buffer.row_stride < tensor.bytes_per_expert)
-        return error(Code::InvalidArgument, "expert store: engine memory of layer " + std::to_string(l) +
-                                                " tensor '" + tensor.name + "' is null or its row stride (" +
-                                                std::to_string(buffer.row_stride) + " B) is below its " +
-                                                std::to_string(tensor.bytes_per_expert) + " B per expert");
+        return error(Code::InvalidArgument, fmt::format("expert store: engine memory of layer {} tensor '{}' is null "
+                                                        "or its row stride ({} B) is below its {} B per expert",
+                                                        l, tensor.name, buffer.row_stride, tensor.bytes_per_expert));
     }
   }
   std::unique_ptr<ExpertStore> store(new ExpertStore());

@@ -1,4 +1,5 @@
 // Agent: creation, memory registration, metadata export/load, peers.
+#include <fmt/format.h>
 #include <algorithm>
 #include <set>
 
@@ -16,8 +17,8 @@ const char* operation_name(Operation op) {
 
 Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
   if (config.name.empty() || config.name.size() > kMaxAgentNameLength)
-    return error(Code::InvalidArgument, "agent name must have 1.." + std::to_string(kMaxAgentNameLength) +
-                                            " bytes, got " + std::to_string(config.name.size()));
+    return error(Code::InvalidArgument,
+                 fmt::format("agent name must have 1..{} bytes, got {}", kMaxAgentNameLength, config.name.size()));
   for (char c : config.name)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
       return error(Code::InvalidArgument, "agent name contains a control character");
@@ -105,8 +106,8 @@ Result<RegionId> Agent::Impl::register_memory(const MemoryRegion& region) {
   if (address + region.length < address)
     return error(Code::InvalidArgument, "agent " + name_ + ": region wraps around the address space");
   if (region.kind != MemoryKind::Host && region.kind != MemoryKind::Device)
-    return error(Code::InvalidArgument, "agent " + name_ + ": unknown memory kind " +
-                                            std::to_string(static_cast<int>(region.kind)));
+    return error(Code::InvalidArgument,
+                 fmt::format("agent {}: unknown memory kind {}", name_, static_cast<int>(region.kind)));
   if (region.kind == MemoryKind::Device)
     return error(Code::Unsupported, "agent " + name_ + ": device memory is not supported yet (host only)");
   auto memory = backend_->register_memory(region);
@@ -136,10 +137,11 @@ Result<AllocatedRegion> Agent::Impl::allocate_memory(size_t length) {
 Status Agent::Impl::deregister_memory(RegionId id) {
   auto found = regions_.find(id);
   if (found == regions_.end())
-    return error(Code::NotFound, "agent " + name_ + ": no registered region " + std::to_string(id));
+    return error(Code::NotFound, fmt::format("agent {}: no registered region {}", name_, id));
   if (found->second.use_count() > 1)
-    return error(Code::NotAllowed, "agent " + name_ + ": region " + std::to_string(id) +
-                                       " is used by descriptor lists or requests; release them first");
+    return error(
+        Code::NotAllowed,
+        fmt::format("agent {}: region {} is used by descriptor lists or requests; release them first", name_, id));
   regions_.erase(found);
   return Status::ok();
 }
@@ -157,9 +159,9 @@ Result<AgentMetadata> Agent::Impl::build_metadata(std::span<const RegionId> ids,
     for (RegionId id : ids) {
       auto found = regions_.find(id);
       if (found == regions_.end())
-        return error(Code::NotFound, "agent " + name_ + ": cannot export unknown region " + std::to_string(id));
+        return error(Code::NotFound, fmt::format("agent {}: cannot export unknown region {}", name_, id));
       if (!seen.insert(id).second)
-        return error(Code::InvalidArgument, "agent " + name_ + ": region " + std::to_string(id) + " listed twice");
+        return error(Code::InvalidArgument, fmt::format("agent {}: region {} listed twice", name_, id));
       chosen.push_back(found->second.get());
     }
   }
@@ -193,14 +195,16 @@ Status Agent::Impl::add_remote_regions(PeerState& peer, const AgentMetadata& met
     auto known = peer.regions.find(region.id);
     if (known != peer.regions.end()) {
       if (known->second.metadata == region) continue;
-      return error(Code::NotAllowed, "agent " + name_ + ": metadata of agent " + peer.name + " changed region " +
-                                         std::to_string(region.id) + " since it was loaded; invalidate_peer(\"" +
-                                         peer.name + "\") first");
+      return error(
+          Code::NotAllowed,
+          fmt::format(
+              "agent {}: metadata of agent {} changed region {} since it was loaded; invalidate_peer(\"{}\") first",
+              name_, peer.name, region.id, peer.name));
     }
     auto key = backend_->unpack_remote_key(*peer.connection, region.packed_key);
     if (!key)
-      return key.status().with_context("agent " + name_ + ": remote key of region " + std::to_string(region.id) +
-                                       " of agent " + peer.name);
+      return key.status().with_context(
+          fmt::format("agent {}: remote key of region {} of agent {}", name_, region.id, peer.name));
     if (map_peer_memory_eagerly_) (*key)->map_eagerly(region.address, region.length);
     added[region.id] = RemoteRegionState{region, std::move(key).value()};
   }

@@ -1,6 +1,5 @@
 // Agent: descriptor lists, validated against registered regions when prepared.
-#include <cinttypes>
-#include <cstdio>
+#include <fmt/format.h>
 
 #include "agent_impl.h"
 
@@ -8,10 +7,8 @@ namespace eplb::xfer {
 namespace {
 
 std::string describe_descriptor(const char* side, size_t index, const Descriptor& descriptor) {
-  char text[160];
-  std::snprintf(text, sizeof text, "%s descriptor %zu (address 0x%" PRIx64 ", %" PRIu64 " bytes, device %" PRIu32 ")",
-                side, index, descriptor.address, descriptor.length, descriptor.device_id);
-  return text;
+  return fmt::format("{} descriptor {} (address {:#x}, {} bytes, device {})", side, index, descriptor.address,
+                     descriptor.length, descriptor.device_id);
 }
 
 bool contains(uint64_t region_address, uint64_t region_length, const Descriptor& descriptor) {
@@ -63,8 +60,8 @@ Result<DescriptorListId> Agent::Impl::prepare_local(std::span<const Descriptor> 
       break;
     }
     if (match == nullptr) {
-      std::string hint = other_device ? " (region " + std::to_string(other_device->id) + " covers it but has device " +
-                                            std::to_string(other_device->region.device_id) + ")"
+      std::string hint = other_device ? fmt::format(" (region {} covers it but has device {})", other_device->id,
+                                                    other_device->region.device_id)
                                       : "";
       return error(Code::NotFound, "agent " + name_ + ": " + describe_descriptor("local", i, descriptor) +
                                        " is not inside one region registered on this agent" + hint);
@@ -105,9 +102,8 @@ Result<DescriptorListId> Agent::Impl::prepare_remote(const std::string& peer_nam
       break;
     }
     if (match == nullptr) {
-      std::string hint = other_device ? " (its region " + std::to_string(other_device->metadata.id) +
-                                            " covers it but has device " +
-                                            std::to_string(other_device->metadata.device_id) + ")"
+      std::string hint = other_device ? fmt::format(" (its region {} covers it but has device {})",
+                                                    other_device->metadata.id, other_device->metadata.device_id)
                                       : "";
       return error(Code::NotFound, "agent " + name_ + ": " + describe_descriptor("remote", i, descriptor) +
                                        " is not inside one region agent " + peer_name + " registered" + hint);
@@ -121,14 +117,12 @@ Result<DescriptorListId> Agent::Impl::prepare_remote(const std::string& peer_nam
 
 Result<size_t> Agent::Impl::descriptor_count(DescriptorListId id) const {
   auto found = lists_.find(id);
-  if (found == lists_.end())
-    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(id));
+  if (found == lists_.end()) return error(Code::NotFound, fmt::format("agent {}: no descriptor list {}", name_, id));
   return found->second->entries.size();
 }
 
 Status Agent::Impl::release_descriptor_list(DescriptorListId id) {
-  if (lists_.erase(id) == 0)
-    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(id));
+  if (lists_.erase(id) == 0) return error(Code::NotFound, fmt::format("agent {}: no descriptor list {}", name_, id));
   return Status::ok();
 }
 

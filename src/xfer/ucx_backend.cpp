@@ -276,10 +276,10 @@ class UcxBackend final : public Backend {
   Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
                                                std::span<const uint8_t> connection_info) override {
     if (connection_info.empty() || connection_info.size() > kMaxConnectionInfoBytes) {
-      return error(Code::Mismatch, "ucx backend: connection info of peer " + peer_name + " has " +
-                                       std::to_string(connection_info.size()) +
-                                       " bytes, expected a UCX worker address of 1.." +
-                                       std::to_string(kMaxConnectionInfoBytes));
+      return error(
+          Code::Mismatch,
+          fmt::format("ucx backend: connection info of peer {} has {} bytes, expected a UCX worker address of 1..{}",
+                      peer_name, connection_info.size(), kMaxConnectionInfoBytes));
     }
     // UCX parses the address itself; give it an aligned private copy.
     std::vector<uint64_t> address((connection_info.size() + 7) / 8 + 1, 0);
@@ -330,8 +330,8 @@ class UcxBackend final : public Backend {
     if (ucx_peer == nullptr) return error(Code::Internal, "ucx backend: peer handle of another backend");
     const auto& state = ucx_peer->state();
     if (packed_key.empty() || packed_key.size() > kMaxConnectionInfoBytes) {
-      return error(Code::Mismatch, "ucx backend: packed remote key of peer " + state->name + " has " +
-                                       std::to_string(packed_key.size()) + " bytes");
+      return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} has {} bytes", state->name,
+                                               packed_key.size()));
     }
     // The packed key carries no length of its own: a zero tail keeps a
     // truncated key from making UCX read past our copy.

@@ -225,6 +225,28 @@ Status run_rebalance(RebalanceArgs args) {
   return Status::ok();
 }
 
+// The knobs of the policies themselves (PolicyOptions).
+void add_policy_options(CLI::App& command, PolicyOptions& options) {
+  command
+      .add_option("--budget", options.budget,
+                  "incremental: slots rewritten per layer; < 1 a fraction of R, >= 1 a count")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command.add_flag(
+      "--anti-affinity", options.anti_affinity,
+      "Never two replicas of one expert on one rank (an error when impossible; deepseek: post-processing)");
+  command
+      .add_option("--min-gain", options.min_gain,
+                  "Hysteresis: keep a layer's current placement if its balancedness would gain less")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command
+      .add_option("--move-threshold", options.move_threshold,
+                  "incremental: stop when the best move improves the max rank load by <= this (relative)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
 void add_rebalance(CLI::App& app) {
   auto args = std::make_shared<RebalanceArgs>();
   CLI::App* command = app.add_subcommand(
@@ -270,20 +292,7 @@ void add_rebalance(CLI::App& app) {
   command->add_option("--bytes-per-expert", args->bytes_per_expert,
                       "Bytes of one expert's weights, for the bytes moved with --current (a byte size: 44040192,\n"
                       "42MiB, 1.5G); default 42MiB, a DeepSeek-V3 routed expert in FP8, 3 x 7168 x 2048");
-  command->add_option("--budget", args->options.budget,
-                      "incremental: slots rewritten per layer; < 1 a fraction of R, >= 1 a count")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_flag("--anti-affinity", args->options.anti_affinity,
-                    "Never two replicas of one expert on one rank (an error when impossible; deepseek: post-processing)");
-  command->add_option("--min-gain", args->options.min_gain,
-                      "Hysteresis: keep a layer's current placement if its balancedness would gain less")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_option("--move-threshold", args->options.move_threshold,
-                      "incremental: stop when the best move improves the max rank load by <= this (relative)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  add_policy_options(*command, args->options);
   command->callback([args] { set_command_result(run_rebalance(*args)); });
 }
 

@@ -89,7 +89,11 @@ Result<LocalGroupOptions> local_group_options_from_env();
 std::vector<std::unique_ptr<ProcessGroup>> make_thread_groups(int size);
 
 // MPI group (MPI_Init on first use). Unsupported when built without MPI.
-Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds = 30);
+// MPI_Init itself cannot be given a deadline: when it has not returned after
+// connect_timeout_seconds, a watchdog says so on stderr and ends the process
+// with `stuck_init_exit_code` (the application's "timed out" code).
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds = 30,
+                                                     int stuck_init_exit_code = 1);
 // True when this process looks like it was started by mpirun.
 bool launched_by_mpirun();
 

@@ -11,8 +11,8 @@
 // timeout or mismatch the group is unusable (later calls return the first
 // failure) and MPI_Finalize is skipped at exit (it could wait forever for the
 // missing rank); mpirun then stops the remaining ranks. MPI_Init itself has no
-// timeout, so a watchdog thread ends the process (exit code 4) if it does not
-// return within the connect timeout. A rank that dies is normally detected by
+// timeout, so a watchdog thread ends the process (with the caller's exit
+// code) if it does not return within the connect timeout. A rank that dies is normally detected by
 // mpirun itself, which then kills the job.
 #include <cstdlib>
 #include <string>
@@ -32,7 +32,7 @@ bool launched_by_mpirun() {
 #ifndef EPLB_HAVE_MPI
 
 namespace eplb {
-Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double) {
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double, int) {
   return error(Code::Unsupported, "this eplb was built without MPI (install libopenmpi-dev and rebuild)");
 }
 }  // namespace eplb
@@ -82,7 +82,7 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<size_t>(length));
 }
 
-Status ensure_initialized(double timeout_seconds) {
+Status ensure_initialized(double timeout_seconds, int stuck_exit_code) {
   std::lock_guard lock(g_init_mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -101,7 +101,7 @@ Status ensure_initialized(double timeout_seconds) {
       std::fprintf(stderr, "eplb: timeout: MPI_Init did not complete within %.1f s (are all ranks started?)\n",
                    timeout_seconds);
       std::fflush(stderr);
-      ::_exit(4);
+      ::_exit(stuck_exit_code);
     }
   });
   int provided = 0;
@@ -298,10 +298,10 @@ Result<std::vector<std::string>> MpiGroup::exchange(Collective collective, std::
 
 }  // namespace
 
-Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds) {
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds, int stuck_init_exit_code) {
   if (!(connect_timeout_seconds > 0))
     return error(Code::InvalidArgument, "mpi group: connect timeout must be positive");
-  EPLB_TRY(ensure_initialized(connect_timeout_seconds));
+  EPLB_TRY(ensure_initialized(connect_timeout_seconds, stuck_init_exit_code));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;

@@ -52,7 +52,7 @@ std::string host_description() {
 }
 
 Result<std::unique_ptr<ProcessGroup>> join_group(const std::string& bootstrap, double timeout) {
-  if (bootstrap == "mpi") return make_mpi_group(timeout);
+  if (bootstrap == "mpi") return make_mpi_group(timeout, kExitTimeout);
   EPLB_ASSIGN_OR_RETURN(LocalGroupOptions options, local_group_options_from_env());
   options.connect_timeout_seconds = timeout;
   return make_local_group(options);

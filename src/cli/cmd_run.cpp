@@ -171,7 +171,7 @@ void run_command(const RunArgs& args) {
     if (loopback) return set_command_result(run_in_threads(std::move(options).value(), run_labels(args, false), args.json));
     return set_command_result(launch(*options));
   }
-  auto group = mpi ? make_mpi_group() : make_local_group(*local_group_options_from_env());
+  auto group = mpi ? make_mpi_group(30, kExitTimeout) : make_local_group(*local_group_options_from_env());
   if (!group) return set_command_result(group.status().with_context(mpi ? "MPI bootstrap" : "local bootstrap"));
   auto options = build_run_options(args, (*group)->size());
   if (!options) return set_command_result(options.status());

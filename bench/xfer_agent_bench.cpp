@@ -20,8 +20,8 @@ struct Pair {
   DescriptorListId local = 0, remote = 0;
 
   explicit Pair(int descriptors) {
-    initiator = std::move(Agent::create({"initiator", "loopback", "", false})).value();
-    target = std::move(Agent::create({"target", "loopback", "", false})).value();
+    initiator = std::move(Agent::create({.name = "initiator", .backend = "loopback"})).value();
+    target = std::move(Agent::create({.name = "target", .backend = "loopback"})).value();
     (void)initiator->register_memory({local_buffer.data(), local_buffer.size()});
     (void)target->register_memory({remote_buffer.data(), remote_buffer.size()});
     (void)initiator->load_metadata(*target->export_metadata());

@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libxxhash-dev
+  nlohmann-json3-dev libcli11-dev libxxhash-dev libfmt-dev
   libucx-dev ucx-utils
   libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev libfuzzer-14-dev

@@ -1,29 +1,40 @@
 // eplb/bootstrap.h - the process group of the ranks of one eplb run.
 //
 // Contract: rank(), size(), and collectives over byte strings: allgather,
-// barrier, and a unanimous vote. Every collective takes a Deadline; a dead,
-// stuck or diverging rank makes the others fail with a Status naming that
-// rank (Timeout or RemoteDisconnect), never a hang. Every message received
-// is untrusted: framed with a magic, a version, a kind, a sequence number
-// and an explicit length, and bounds-checked (ParseError/Mismatch otherwise).
-// Collectives must be called in the same order on every rank.
+// barrier, a unanimous vote, and check_fingerprint (do all ranks agree on
+// these named fields?). A group implements ONE primitive, exchange(): every
+// rank contributes bytes to the collective and receives every rank's bytes.
+// The base class builds allgather, barrier and vote on it, so a group that
+// lives outside this library (a binding over torch.distributed, say) only
+// implements exchange(). Every collective takes a Deadline; a dead, stuck or
+// diverging rank makes the others fail with a Status naming that rank
+// (Timeout, RemoteDisconnect or Mismatch), never a hang. Every message
+// received is untrusted: framed, versioned, length-checked (ParseError or
+// Mismatch otherwise). Collectives must be called in the same order on every
+// rank.
 //
-// Backends:
-//  local  ranks on one machine, wired over Unix-domain sockets by a launcher
-//         (`eplb run --ranks N` starts N processes); no external service.
-//  mpi    ranks started by mpirun (OpenMPI); collectives over MPI, with the
-//         deadline enforced by polling non-blocking operations.
+// Groups:
+//  local   ranks on one machine, wired over Unix-domain sockets in a private
+//          rendezvous directory; launch_local_ranks() starts such ranks.
+//  thread  ranks that are threads of one process (tests, simulations).
+//  mpi     ranks started by mpirun (OpenMPI); the deadline is enforced by
+//          polling non-blocking operations.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eplb/common.h"
 #include "eplb/status.h"
 
 namespace eplb {
+
+enum class Collective : uint8_t { Allgather = 1, Barrier = 2, Vote = 3 };
+// "allgather", "barrier", "vote".
+std::string_view collective_name(Collective kind);
 
 class ProcessGroup {
  public:
@@ -32,16 +43,34 @@ class ProcessGroup {
   virtual int size() const = 0;
   virtual std::string backend_name() const = 0;
 
+  // The primitive: collective number n of this group, of kind `kind`, on
+  // every rank. Returns the contributions indexed by rank (size() entries;
+  // empty strings for a barrier). Must fail naming the rank when one does
+  // not arrive by the deadline (Timeout), is gone (RemoteDisconnect) or is in
+  // another collective (Mismatch).
+  virtual Result<std::vector<std::string>> exchange(Collective kind, std::string mine, Deadline deadline) = 0;
+
   // Every rank contributes `mine`; returns all contributions indexed by rank.
-  virtual Result<std::vector<std::string>> allgather(const std::string& mine, Deadline deadline) = 0;
-  virtual Status barrier(Deadline deadline) = 0;
-  // True when every rank voted yes; the Status fails when a rank is lost.
-  // `reasons` (optional) receives each rank's reason string (empty for yes).
-  virtual Result<bool> vote(bool yes, const std::string& reason, Deadline deadline,
-                            std::vector<std::string>* reasons = nullptr) = 0;
+  Result<std::vector<std::string>> allgather(std::string mine, Deadline deadline);
+  Status barrier(Deadline deadline);
+  // True when every rank voted yes; the Status fails when a rank is lost or
+  // sent a malformed vote. `reasons` (optional) receives each rank's reason
+  // (empty for yes).
+  Result<bool> vote(bool yes, const std::string& reason, Deadline deadline,
+                    std::vector<std::string>* reasons = nullptr);
 };
 
-// Local bootstrap: how a launched rank finds its group. The launcher passes
+// Named values every rank must agree on before anything happens (topology,
+// policy, options, layout, input identity...).
+struct FingerprintField {
+  std::string name;
+  std::string value;
+};
+// Collective. Mismatch naming the first rank and field (and both values,
+// shortened) that differ from rank 0's.
+Status check_fingerprint(ProcessGroup& group, const std::vector<FingerprintField>& fields, Deadline deadline);
+
+// Local group: how a launched rank finds its group. launch_local_ranks passes
 // these through the environment (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR).
 struct LocalGroupOptions {
   int rank = 0;
@@ -50,37 +79,53 @@ struct LocalGroupOptions {
   double connect_timeout_seconds = 30;
 };
 Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options);
-// Reads LocalGroupOptions from the environment; NotFound if not launched.
+// Reads LocalGroupOptions from the environment (and EPLB_BOOTSTRAP_TIMEOUT);
+// NotFound if this process was not launched.
 Result<LocalGroupOptions> local_group_options_from_env();
 
-// In-process group: `size` ranks that are threads of this process (tests,
-// single-process simulations over the loopback transfer backend). Each
-// returned group is used by one thread.
+// In-process group: `size` ranks that are threads of this process. Each
+// returned group is used by one thread; destroying one makes the others'
+// collectives fail with RemoteDisconnect naming its rank.
 std::vector<std::unique_ptr<ProcessGroup>> make_thread_groups(int size);
 
-// MPI bootstrap (MPI_Init on first use). Unsupported when built without MPI.
-Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds = 30);
+// MPI group (MPI_Init on first use). Unsupported when built without MPI.
+// MPI_Init itself cannot be given a deadline: when it has not returned after
+// connect_timeout_seconds, a watchdog says so on stderr and ends the process
+// with `stuck_init_exit_code` (the application's "timed out" code).
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds = 30,
+                                                     int stuck_init_exit_code = 1);
 // True when this process looks like it was started by mpirun.
 bool launched_by_mpirun();
 
-// Launches `size` copies of `argv` (argv[0] an executable path, or a name
-// looked up in PATH) with the local bootstrap environment set (EPLB_RANK,
-// EPLB_SIZE, EPLB_BOOTSTRAP_DIR = a fresh private directory, removed at the
-// end); the ranks write straight to the inherited stdout/stderr. Waits
-// bounded by `deadline` (then kills every rank: Timeout); `grace` seconds
-// after the first failing rank, SIGKILLs the survivors. SIGINT/SIGTERM
-// received meanwhile are forwarded to the ranks (Canceled).
-// Returns the first non-zero exit as a Status naming the rank (of ranks
-// found dead within 0.5 s of the first, a signalled rank before one that
-// exited with an error, before one that reported a timeout or a lost peer,
-// since those usually report another rank's failure); its code
-// follows the eplb CLI exit codes (4 -> Timeout, 5 or a signal ->
-// RemoteDisconnect, 2 -> InvalidArgument, 3 -> ParseError, else Aborted).
-// `outcome`, when given, receives the exit codes whether or not it failed.
-struct LaunchResult {
-  std::vector<int> exit_codes;  // per rank; 128+signal for signalled ranks
+// launch_local_ranks starts `size` copies of `argv` (argv[0] an executable
+// path, or a name looked up in PATH) with the local group's environment set
+// (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR = a fresh private directory,
+// removed at the end); the ranks write to the inherited stdout/stderr. It
+// waits until `deadline` (then kills every rank), SIGKILLs the survivors
+// `grace_seconds` after the first rank fails, and forwards SIGINT/SIGTERM
+// received meanwhile to the ranks.
+struct LaunchOptions {
+  int size = 1;
+  std::vector<std::string> argv;
+  Deadline deadline = Deadline::after_seconds(60);
+  double grace_seconds = 5;
+  // Exit codes with which a rank usually reports another rank's failure
+  // (an application's "timed out" or "peer lost" codes), most likely echo
+  // last. Of the ranks found dead within 0.5 s of the first, the one named
+  // is a signalled rank, then one with any other non-zero code, then these
+  // in this order.
+  std::vector<int> echo_exit_codes;
 };
-Result<LaunchResult> launch_local_ranks(int size, const std::vector<std::string>& argv, Deadline deadline,
-                                        double grace_seconds = 5, LaunchResult* outcome = nullptr);
+struct LaunchResult {
+  // Ok when every rank exited 0. Otherwise: Timeout (the deadline passed),
+  // Canceled (a signal was forwarded), NotFound/IoError (a rank could not be
+  // started), or Aborted naming the failed rank, its exit code or signal,
+  // when, and which survivors were killed.
+  Status status;
+  std::vector<int> exit_codes;  // per rank; 128 + signal for signalled ranks, -1 if never started
+  int failed_rank = -1;         // the rank named in `status`, or -1
+  bool failed_rank_signalled = false;
+};
+LaunchResult launch_local_ranks(const LaunchOptions& options);
 
 }  // namespace eplb

@@ -19,7 +19,6 @@
 #include <string_view>
 
 #include "eplb/placement.h"
-#include "eplb/placement_io.h"
 #include "eplb/status.h"
 
 namespace eplb {

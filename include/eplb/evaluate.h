@@ -28,7 +28,6 @@
 
 #include "eplb/estimator.h"
 #include "eplb/placement.h"
-#include "eplb/placement_io.h"
 #include "eplb/policy.h"
 #include "eplb/status.h"
 

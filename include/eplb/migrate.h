@@ -1,32 +1,32 @@
 // eplb/migrate.h - the migration executor: expert store, per-layer
-// protocol (stage, wait, verify, vote, commit or abort), fingerprints.
+// protocol (stage, wait, verify, vote, commit or abort), reports as data.
 //
 // Contract:
+// - StoreLayout says what one rank holds: S slots of every layer, an expert
+//   being a list of tensors per layer; tensor t of layer l is rows
+//   [S][bytes of t per expert]. check_layouts_agree compares every rank's.
 // - ExpertStore holds this rank's slots [first_slot, first_slot + S) of every
-//   layer. An expert is a list of tensors per layer; tensor t of layer l is
-//   rows [S][bytes of t per expert]. The memory is either one arena owned by
-//   the store or buffers an engine hands in (adopt); plus one staging area
-//   sized for one layer's slots on this rank. All of it is registered once
-//   with the xfer Agent (Migrator::create).
-// - In simulation the row of a slot holding expert e is
-//   fill_expert_bytes(l, e, t, offset, ...); verify_simulated() checks every
-//   row of every slot byte for byte against a mapping.
-// - Migrator::create is collective: every rank allgathers its layout and
-//   memory map and refuses a mismatch (Mismatch naming the rank, layer,
-//   tensor and both sizes) before any byte moves.
+//   layer: either one arena owned by the store (create_arena, allocated
+//   through the transfer agent where it can) or an engine's buffers, adopted
+//   in place (adopt), plus one staging area sized for one layer's slots. The
+//   store knows nothing of what the bytes are; the engine (or a simulation)
+//   writes them and calls forget_checksums() when it rewrites rows itself.
+// - Migrator::create is collective: every rank registers its store with its
+//   xfer Agent, allgathers its layout and memory map and refuses a mismatch
+//   (Mismatch naming the rank, layer, tensor and both sizes) before any byte
+//   moves.
 // - Migrator::migrate is collective and moves layer by layer. Per layer:
 //   plan_layer (same plan on every rank); sources publish the checksum
 //   (XXH3-64; computed once, then remembered by the store and carried over
 //   from verified reads at commit) of every row a peer will read and
-//   allgather them; READs (one request per
-//   source rank) and local copies land in staging; wait with a deadline;
-//   verify every received row; unanimous vote; yes -> the changed live rows
-//   are written (from staging, or, for a local copy of a row that stays put,
-//   straight from that live row) and the layer's mapping in `current`
-//   switches; no ->
-//   staging is dropped, live rows and mapping stay as they were, the layer is
-//   retried with fresh requests up to `retries` times, then the round stops
-//   with Aborted naming the layer, ranks, peers, experts and statuses. Layers
+//   allgather them; READs (one request per source rank) and local copies
+//   land in staging; wait with a deadline; verify every received row;
+//   unanimous vote; yes -> the changed live rows are written (from staging,
+//   or, for a local copy of a row that stays put, straight from that live
+//   row) and the layer's mapping in `current` switches; no -> staging is
+//   dropped, live rows and mapping stay as they were, the layer is retried
+//   with fresh requests up to `retries` times, then the round stops with
+//   Aborted naming the layer, ranks, peers, experts and statuses. Layers
 //   committed before keep their new placement. A lost rank (collective fails)
 //   stops the round with that collective's Status (naming the rank).
 // - Fence: a source's live rows of layer l change only in layer l's commit,
@@ -34,15 +34,13 @@
 //   reads of layer l have landed or been released. So no rank overwrites rows
 //   a peer may still be reading, and no extra barrier is needed: layer l+1
 //   touches other rows, and its checksum allgather orders it after l's vote.
-// - Every wait has a deadline; nothing here throws.
-// - check_fingerprint: before anything moves, every rank's named inputs are
-//   compared with rank 0's; a difference names the rank and the field.
-// - run_rank: one rank of `eplb run` (inputs, fingerprint, agent, store,
-//   rounds of policy -> migrate -> verify every slot on every rank).
+// - Reports are data (LayerReport, RoundReport); progress leaves through the
+//   MigrateOptions callbacks. agree_on_round lets the ranks compare their
+//   committed mappings and their own checks after a round.
+// - Every wait has a deadline; nothing here throws, prints or writes files.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -54,7 +52,6 @@
 #include "eplb/bootstrap.h"
 #include "eplb/common.h"
 #include "eplb/placement.h"
-#include "eplb/sim.h"
 #include "eplb/status.h"
 #include "eplb/xfer.h"
 
@@ -87,16 +84,6 @@ struct StoreLayout {
   // "8 layers x 18 slots x [gate_up 683 KiB, down 341 KiB, scales 16 B]"
   std::string to_string() const;
 };
-
-// The default tensors of an expert of `bytes_per_expert` bytes (>= 3 KiB):
-// "scales" = bytes/256 rounded up to 64 B (at least 64 B), "down" = a third of
-// the rest rounded to 64 B, "gate_up" = the remainder (about 2/3). The sum is
-// exactly bytes_per_expert. Smaller experts get a single tensor "weight".
-std::vector<TensorSpec> default_tensors(uint64_t bytes_per_expert);
-// "gate_up:2MiB,down:1MiB,scales:8KiB" (sizes as parse_byte_size).
-Result<std::vector<TensorSpec>> parse_tensors(std::string_view spec);
-// "1MiB", "512KiB", "8M", "4096", "1.5GiB" -> bytes.
-Result<uint64_t> parse_byte_size(std::string_view text);
 
 // Compares every rank's encoded layout with rank 0's. The error names the
 // first differing rank, layer and tensor and both sizes, e.g.
@@ -146,29 +133,22 @@ class ExpertStore {
   // XXH3-64 of a live row, computed now.
   uint64_t checksum(int layer, int local_slot, int tensor) const;
   // The same, remembered: computed on first use, then kept until the row is
-  // rewritten through the store (fill_simulated, a migration commit, which
-  // records the verified checksum of what it wrote) or forget_checksums().
-  // An engine that writes live rows itself must call forget_checksums().
+  // rewritten by a migration commit (which records the verified checksum of
+  // what it wrote) or forgotten. Whoever writes live rows outside a
+  // migration (an engine loading weights, a simulation filling them) must
+  // call forget_checksums() for what it wrote.
   uint64_t known_checksum(int layer, int local_slot, int tensor);
   // Cached value or nothing (no hashing).
   std::optional<uint64_t> cached_checksum(int layer, int local_slot, int tensor) const;
   void remember_checksum(int layer, int local_slot, int tensor, std::optional<uint64_t> value);
   void forget_checksums();
+  void forget_checksums(int layer);
 
   // The memory to register with the xfer Agent (live memory + staging),
   // without an arena the agent allocated (registered already).
   std::vector<xfer::MemoryRegion> regions() const;
   // True when the arena was allocated (and registered) by the agent.
   bool arena_from_agent() const { return agent_region_ != 0; }
-
-  // Simulation: writes every slot of `layer` (or all layers) with the
-  // synthetic content of the expert `placement` maps it to.
-  void fill_simulated(const Placement& placement, int layer);
-  void fill_simulated(const Placement& placement);
-  // Checks every row of every slot of every layer byte for byte against
-  // fill_expert_bytes for the expert `placement` maps it to; the error names
-  // layer, slot, expected expert, tensor and the first differing offset.
-  Status verify_simulated(const Placement& placement) const;
 
  private:
   ExpertStore() = default;
@@ -187,18 +167,6 @@ class ExpertStore {
   void reset_checksums(int layer);
   Status finish_setup();  // staging area and checksum cache
 };
-
-// ----------------------------------------------------------- fingerprint ---
-
-// Every rank must agree on these fields before anything moves (topology,
-// policy, options, layout, trace identity...).
-struct FingerprintField {
-  std::string name;
-  std::string value;
-};
-// Collective. Mismatch naming the first differing rank and field (and both
-// values, shortened) when any rank differs from rank 0.
-Status check_fingerprint(ProcessGroup& group, const std::vector<FingerprintField>& fields, Deadline deadline);
 
 // -------------------------------------------------------------- executor ---
 
@@ -275,62 +243,34 @@ class Migrator {
   const MigrateOptions& options() const { return options_; }
   MigrateOptions& options() { return options_; }
 
+  struct State;  // opaque: the set-up and the peers' memory maps
+
  private:
-  struct State;
   Migrator() = default;
   std::unique_ptr<State> state_;
   MigrateOptions options_;
 };
 
-}  // namespace eplb
+// ------------------------------------------------------- after a round ---
 
-// ------------------------------------------------------------ eplb run ---
-
-namespace eplb {
-
-// One simulated run of `eplb run` on one rank (every rank calls it with the
-// same options): set-up, fingerprint check, then for each round the next
-// window of the trace -> policy -> migrate -> verify every slot.
-struct RunOptions {
-  Topology topology;
-  std::vector<TensorSpec> tensors;   // per expert, every layer
-  int rounds = 3;
-  int window = 20;                   // trace steps per round
-  std::string policy = "deepseek";
-  int threads = 1;                   // policy threads
-  std::string trace_path;            // empty: generate from `generate`
-  LoadGenOptions generate;           // layers/experts/steps are set from the topology
-  std::string transport = "shm";     // shm | tcp | loopback (only names the run; backend below)
-  std::string backend = "ucx";       // xfer backend: ucx | loopback
-  std::string bootstrap = "local";   // names the run in the output
-  std::string fault_spec;            // --inject
-  std::string agent_prefix = "rank-";
-  MigrateOptions migrate;
-  std::string json_path;             // rank 0 writes the report here
-  FILE* out = nullptr;               // progress and report (rank 0); null: silent
-  bool tty = false;                  // progress bars instead of plain lines
-  double setup_timeout_seconds = 60;
+// What one rank says after a round: its migration time, the hash of the
+// mapping it committed (mapping_hash), and the outcome of its own check of
+// its slots ("" when fine; an engine's or a simulation's check).
+struct RankOutcome {
+  double seconds = 0;
+  uint64_t mapping_hash = 0;
+  std::string check_failure;
 };
-
-struct RoundSummary {
-  int round = 0;
-  double balancedness_before = 0;
-  double balancedness_after = 0;
-  RoundReport report;            // this rank's view (bytes are whole-group)
-  double seconds = 0;            // slowest rank's migration time
-  bool verified = false;         // every rank verified every slot
-  std::string verify_failure;
+struct RoundAgreement {
+  double slowest_seconds = 0;  // the largest `seconds` of any rank
+  bool agreed = false;         // same mapping on every rank and every check passed
+  std::string failure;         // otherwise: the first rank whose check failed or whose mapping differs
 };
-
-struct RunSummary {
-  std::vector<RoundSummary> rounds;
-  Status status;                  // ok, or why the run stopped
-  bool all_verified = false;      // every rank's every slot matches its committed mapping
-  std::string final_state;        // this rank's committed state, in words
-  uint64_t mapping_hash = 0;      // XXH3 of this rank's committed phy2log
-};
-
-// Runs on one rank; returns the summary (status says whether it completed).
-RunSummary run_rank(ProcessGroup& group, const RunOptions& options);
+// XXH3-64 of a placement's phy2log.
+uint64_t mapping_hash(const Placement& placement);
+// Collective: exchanges every rank's RankOutcome (a versioned, checked
+// message) and compares them. Fails only when the exchange itself fails or
+// a rank's message is malformed.
+Result<RoundAgreement> agree_on_round(ProcessGroup& group, const RankOutcome& mine, Deadline deadline);
 
 }  // namespace eplb

@@ -6,7 +6,8 @@
 //   experts, R physical slots per layer, G expert groups, N nodes, P ranks.
 //   Rank r owns slots [r*R/P, (r+1)*R/P) of every layer; node n owns ranks
 //   [n*P/N, (n+1)*P/N). validate() explains the first violated rule.
-// - LoadMatrix is a dense [L][E] matrix of non-negative finite loads.
+// - LoadMatrix is a dense [L][E] matrix of non-negative finite loads;
+//   LoadTrace a [steps][L][E] window of them, summed into a LoadMatrix.
 // - Placement holds, for every layer, phy2log[R], logcnt[E] and
 //   log2phy[E][max_replicas] (-1 padded, replica k of expert e in the order
 //   the policy assigned them). validate() checks every invariant: each
@@ -71,6 +72,20 @@ struct LoadMatrix {
   }
   // Checks shape, and that every value is finite and >= 0.
   Status validate() const;
+};
+
+// A window of per-step loads: [steps][layers][experts].
+struct LoadTrace {
+  int num_steps = 0;
+  int num_layers = 0;
+  int num_experts = 0;
+  std::vector<double> values;  // row-major [num_steps][num_layers][num_experts]
+
+  double at(int step, int layer, int expert) const {
+    return values[(size_t(step) * num_layers + layer) * num_experts + expert];
+  }
+  // Sum of steps [first, first + count) as a [L][E] matrix.
+  LoadMatrix sum(int first, int count) const;
 };
 
 class Placement {

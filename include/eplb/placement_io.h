@@ -26,20 +26,6 @@
 
 namespace eplb {
 
-// A window of per-step loads: [steps][layers][experts].
-struct LoadTrace {
-  int num_steps = 0;
-  int num_layers = 0;
-  int num_experts = 0;
-  std::vector<double> values;  // row-major [num_steps][num_layers][num_experts]
-
-  double at(int step, int layer, int expert) const {
-    return values[(size_t(step) * num_layers + layer) * num_experts + expert];
-  }
-  // Sum of steps [first, first + count) as a [L][E] matrix.
-  LoadMatrix sum(int first, int count) const;
-};
-
 // Reads a 2-D load matrix; a 3-D trace is summed over its first axis.
 // `expected_experts` > 0 also checks the number of experts (columns).
 Result<LoadMatrix> read_load_file(const std::string& path, int expected_experts = 0);

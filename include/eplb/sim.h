@@ -10,7 +10,6 @@
 #include <string>
 
 #include "eplb/placement.h"
-#include "eplb/placement_io.h"
 #include "eplb/status.h"
 
 namespace eplb {

@@ -5,7 +5,9 @@
 // errors) and a message with context: the layer, expert, peer, operation,
 // state, bytes and elapsed time that apply. Messages are built innermost
 // first and widened with with_context() on the way up. Nothing here throws;
-// exceptions and exit codes exist only at the edges (CLI, bindings).
+// exceptions and exit codes exist only at the edges (the CLI today).
+// Reading the value of a Result that holds an error is a bug in the caller:
+// it stops the process with the error's message (never undefined behaviour).
 #pragma once
 
 #include <cstdint>
@@ -59,6 +61,9 @@ class [[nodiscard]] Status {
 
 inline Status error(Code code, std::string message) { return Status(code, std::move(message)); }
 
+// Prints "eplb: Result::value() on an error: <status>" to stderr and aborts.
+[[noreturn]] void fail_on_missing_value(const Status& status);
+
 // A value or the Status saying why there is none.
 template <typename T>
 class [[nodiscard]] Result {
@@ -72,15 +77,23 @@ class [[nodiscard]] Result {
   explicit operator bool() const { return is_ok(); }
   const Status& status() const { return status_; }
 
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
+  T& value() & { return checked(); }
+  const T& value() const& { return checked(); }
+  T&& value() && { return std::move(checked()); }
+  T* operator->() { return &checked(); }
+  const T* operator->() const { return &checked(); }
+  T& operator*() & { return checked(); }
+  const T& operator*() const& { return checked(); }
 
  private:
+  T& checked() {
+    if (!value_) [[unlikely]] fail_on_missing_value(status_);
+    return *value_;
+  }
+  const T& checked() const {
+    if (!value_) [[unlikely]] fail_on_missing_value(status_);
+    return *value_;
+  }
   std::optional<T> value_;
   Status status_;
 };

@@ -30,9 +30,13 @@
 //
 // Thread safety: an Agent is used by one thread at a time (calls must not
 // overlap); different agents may be used from different threads. Progress
-// is driven by status(), wait(), progress() and the notification calls;
-// AgentConfig::progress_thread is not implemented yet and Agent::create
-// rejects it with Unsupported.
+// is driven by status(), wait(), progress() and the notification calls
+// (there is no progress thread).
+//
+// Transports: AgentConfig::transports / net_devices choose UCX's transports
+// and devices through UCX's configuration API (ucp_config_modify), per
+// agent; a UCX_TLS or UCX_NET_DEVICES in the environment wins over them.
+// transports() says what the agent was given and from where.
 #pragma once
 
 #include <cstddef>
@@ -89,10 +93,16 @@ struct AllocatedRegion {
 struct AgentConfig {
   std::string name;
   std::string backend = "ucx";  // "ucx" or "loopback"
+  // UCX transports in UCX_TLS syntax, e.g. "posix,sysv,cma,self" (shared
+  // memory) or "tcp,self"; empty: UCX's own choice. The environment's
+  // UCX_TLS, when set, wins. Other backends ignore it.
+  std::string transports;
+  // UCX network devices in UCX_NET_DEVICES syntax, e.g. "lo"; empty: UCX's
+  // own choice. The environment's UCX_NET_DEVICES, when set, wins.
+  std::string net_devices;
   // Optional fault injection (the `faulty` decorator over the backend), e.g.
   // "err=0.01,stall=0.002,corrupt=0.001,delay_ms=5,disconnect_after=100,seed=7".
   std::string fault_spec;
-  bool progress_thread = false;
   // Map every region of a peer into this process eagerly when its metadata
   // is loaded (UCX shared memory: page tables populated up front, about
   // 0.1 s per GiB once, instead of a page fault on the first access of every
@@ -106,17 +116,26 @@ struct Notification {
   std::string message;  // opaque bytes
 };
 
+// A concrete handle (pimpl); the state lives in Agent::Impl.
 class Agent {
  public:
   static Result<std::unique_ptr<Agent>> create(const AgentConfig& config);
-  virtual ~Agent() = default;
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
 
-  virtual const std::string& name() const = 0;
-  virtual std::string backend_name() const = 0;
+  const std::string& name() const;
+  std::string backend_name() const;
+  // The transports this agent uses, for reports, e.g. "ucx: UCX_TLS=tcp,self
+  // (AgentConfig), UCX_NET_DEVICES=lo (AgentConfig)", or "loopback: in-process copies".
+  std::string transports() const;
+  // The transports the connection to a loaded peer uses (UCX: the transports
+  // of the endpoint's lanes, e.g. {"cma", "posix", "self", "sysv"}).
+  Result<std::vector<std::string>> peer_transports(const std::string& peer) const;
 
   // Memory.
-  virtual Result<RegionId> register_memory(const MemoryRegion& region) = 0;
-  virtual Status deregister_memory(RegionId region) = 0;
+  Result<RegionId> register_memory(const MemoryRegion& region);
+  Status deregister_memory(RegionId region);
   // Allocates `length` bytes of host memory through the backend and
   // registers it as one region; deregister_memory() frees it. With UCX the
   // memory comes from shared-memory segments (UCX_ALLOC_PRIO), which
@@ -124,50 +143,56 @@ class Agent {
   // memory registered with register_memory() can only be reached through
   // UCX 1.13's software RMA emulation on shared memory, which needs the
   // owner to progress. Backends that cannot allocate return Unsupported.
-  virtual Result<AllocatedRegion> allocate_memory(size_t length) = 0;
+  Result<AllocatedRegion> allocate_memory(size_t length);
 
   // Metadata. The partial form exports only the listed regions.
-  virtual Result<std::vector<uint8_t>> export_metadata() const = 0;
-  virtual Result<std::vector<uint8_t>> export_metadata(std::span<const RegionId> regions) const = 0;
+  Result<std::vector<uint8_t>> export_metadata() const;
+  Result<std::vector<uint8_t>> export_metadata(std::span<const RegionId> regions) const;
   // Returns the peer's agent name.
-  virtual Result<std::string> load_metadata(std::span<const uint8_t> metadata) = 0;
-  virtual Status invalidate_peer(const std::string& peer) = 0;
-  virtual bool knows_peer(const std::string& peer) const = 0;
+  Result<std::string> load_metadata(std::span<const uint8_t> metadata);
+  Status invalidate_peer(const std::string& peer);
+  bool knows_peer(const std::string& peer) const;
 
   // Descriptor lists. Adjacent descriptors are merged when `merge` is set
   // (indices then refer to the merged list, reported by descriptor_count).
-  virtual Result<DescriptorListId> prepare_local(std::span<const Descriptor> descriptors, bool merge = false) = 0;
-  virtual Result<DescriptorListId> prepare_remote(const std::string& peer, std::span<const Descriptor> descriptors,
-                                                  bool merge = false) = 0;
-  virtual Result<size_t> descriptor_count(DescriptorListId list) const = 0;
-  virtual Status release_descriptor_list(DescriptorListId list) = 0;
+  Result<DescriptorListId> prepare_local(std::span<const Descriptor> descriptors, bool merge = false);
+  Result<DescriptorListId> prepare_remote(const std::string& peer, std::span<const Descriptor> descriptors,
+                                          bool merge = false);
+  Result<size_t> descriptor_count(DescriptorListId list) const;
+  Status release_descriptor_list(DescriptorListId list);
 
   // Requests: local_indices[i] pairs with remote_indices[i]; the two
   // descriptors must have the same length. An empty index span means "all
   // descriptors, in order". `notification` (may be empty: none) is
   // delivered to the peer once the transfer has landed.
-  virtual Result<RequestId> make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
-                                         DescriptorListId remote, std::span<const int> remote_indices,
-                                         const std::string& notification = {}) = 0;
+  Result<RequestId> make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
+                                 DescriptorListId remote, std::span<const int> remote_indices,
+                                 const std::string& notification = {});
   // Starts (or, once finished, restarts) a request. NotAllowed while in progress.
-  virtual Status post(RequestId request) = 0;
+  Status post(RequestId request);
   // Drives progress and reports the state; a Failed status carries the message.
-  virtual RequestStatus status(RequestId request) = 0;
+  RequestStatus status(RequestId request);
   // Cancels if still running, then frees. A second release is NotFound.
-  virtual Status release(RequestId request) = 0;
+  Status release(RequestId request);
 
   // Waits until every request is Done (ok), one Failed (its failure), or the
   // deadline passes (Timeout listing the requests still in progress).
-  virtual Status wait(std::span<const RequestId> requests, Deadline deadline) = 0;
+  Status wait(std::span<const RequestId> requests, Deadline deadline);
 
   // Standalone notifications.
-  virtual Status send_notification(const std::string& peer, const std::string& message) = 0;
-  virtual std::vector<Notification> take_notifications() = 0;
+  Status send_notification(const std::string& peer, const std::string& message);
+  std::vector<Notification> take_notifications();
   // Waits until at least one notification arrived or the deadline passes (Timeout).
-  virtual Result<std::vector<Notification>> wait_notifications(Deadline deadline) = 0;
+  Result<std::vector<Notification>> wait_notifications(Deadline deadline);
 
   // One round of backend progress (status() and wait() call it too).
-  virtual void progress() = 0;
+  void progress();
+
+  class Impl;
+
+ private:
+  explicit Agent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace eplb::xfer

@@ -1,4 +1,5 @@
 // Non-blocking framed streams over sockets (see connection.h).
+#include <fmt/format.h>
 #include "connection.h"
 
 #include <poll.h>
@@ -30,7 +31,7 @@ void Connection::read_available() {
     if (got > 0) {
       Result<bool> complete = reader_.commit(static_cast<size_t>(got));
       if (!complete.is_ok()) {
-        mark_lost(complete.status().with_context("malformed stream from rank " + std::to_string(peer_)));
+        mark_lost(complete.status().with_context(fmt::format("malformed stream from rank {}", peer_)));
         return;
       }
       if (*complete) inbox_.push_back(reader_.take());
@@ -100,7 +101,7 @@ Status pump(std::span<Connection* const> connections, Deadline deadline, const s
       if (revents & POLLOUT) polled[i]->write_available();
       if (revents & (POLLIN | POLLHUP | POLLERR)) polled[i]->read_available();
       if ((revents & POLLNVAL) && polled[i]->alive())
-        return error(Code::Internal, "poll: invalid descriptor for rank " + std::to_string(polled[i]->peer()));
+        return error(Code::Internal, fmt::format("poll: invalid descriptor for rank {}", polled[i]->peer()));
     }
   }
 }
@@ -110,10 +111,10 @@ std::string rank_list(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (i > 0) text += ", ";
     if (i >= 16) {
-      text += "... (" + std::to_string(ranks.size()) + " in all)";
+      text += fmt::format("... ({} in all)", ranks.size());
       break;
     }
-    text += std::to_string(ranks[i]);
+    fmt::format_to(std::back_inserter(text), "{}", ranks[i]);
   }
   return text;
 }

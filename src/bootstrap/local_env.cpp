@@ -6,20 +6,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/text.h"
 #include "eplb/bootstrap.h"
 
 namespace eplb {
 namespace {
 
-Result<int> parse_env_int(const char* name, const char* text, int low, int high) {
-  if (!text || !*text) return error(Code::InvalidArgument, std::string(name) + " is empty");
-  errno = 0;
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 10);
-  if (errno != 0 || *end != '\0' || end == text || value < low || value > high)
-    return error(Code::InvalidArgument, std::string(name) + "='" + text + "' is not an integer in [" +
-                                            std::to_string(low) + ", " + std::to_string(high) + "]");
-  return static_cast<int>(value);
+Result<int> parse_env_int(const char* name, const char* value, int low, int high) {
+  if (!value || !*value) return error(Code::InvalidArgument, std::string(name) + " is empty");
+  EPLB_ASSIGN_OR_RETURN(int64_t parsed, text::parse_int_in(value, name, low, high));
+  return static_cast<int>(parsed);
 }
 
 }  // namespace
@@ -49,12 +45,11 @@ Result<LocalGroupOptions> local_group_options_from_env() {
     options.rendezvous_dir = dir_text;
   }
   if (const char* timeout_text = std::getenv("EPLB_BOOTSTRAP_TIMEOUT")) {
-    char* end = nullptr;
-    double seconds = std::strtod(timeout_text, &end);
-    if (end == timeout_text || *end != '\0' || !(seconds > 0) || seconds > 86400)
+    auto seconds = text::parse_double(timeout_text, "EPLB_BOOTSTRAP_TIMEOUT");
+    if (!seconds || !(*seconds > 0) || *seconds > 86400)
       return error(Code::InvalidArgument, std::string("EPLB_BOOTSTRAP_TIMEOUT='") + timeout_text +
                                               "' is not a number of seconds in (0, 86400]");
-    options.connect_timeout_seconds = seconds;
+    options.connect_timeout_seconds = *seconds;
   }
   return options;
 }

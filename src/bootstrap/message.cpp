@@ -1,52 +1,14 @@
 // Bootstrap wire format: encoders and bounds-checked decoders (see message.h).
 #include "message.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 
+#include "common/bytes.h"
+
 namespace eplb::bootstrap {
-namespace {
-
-void put_u16(std::string& out, uint16_t value) {
-  for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-void put_u32(std::string& out, uint32_t value) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-void put_u64(std::string& out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-uint64_t get_le(const uint8_t* data, int bytes) {
-  uint64_t value = 0;
-  for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | data[i];
-  return value;
-}
-
-// Reads fixed-size fields from an untrusted payload; every read is checked.
-class PayloadReader {
- public:
-  explicit PayloadReader(std::string_view bytes) : bytes_(bytes) {}
-  size_t left() const { return bytes_.size() - offset_; }
-  bool read(int width, uint64_t* value) {
-    if (left() < static_cast<size_t>(width)) return false;
-    *value = get_le(reinterpret_cast<const uint8_t*>(bytes_.data() + offset_), width);
-    offset_ += static_cast<size_t>(width);
-    return true;
-  }
-  bool read_bytes(uint64_t length, std::string* out) {
-    if (length > left()) return false;
-    out->assign(bytes_.data() + offset_, static_cast<size_t>(length));
-    offset_ += static_cast<size_t>(length);
-    return true;
-  }
-
- private:
-  std::string_view bytes_;
-  size_t offset_ = 0;
-};
-
-}  // namespace
 
 std::string_view kind_name(MessageKind kind) {
   switch (kind) {
@@ -63,17 +25,25 @@ std::string_view kind_name(MessageKind kind) {
   return "unknown";
 }
 
+MessageKind message_kind(Collective kind) {
+  switch (kind) {
+    case Collective::Allgather: return MessageKind::Allgather;
+    case Collective::Barrier: return MessageKind::Barrier;
+    case Collective::Vote: return MessageKind::Vote;
+  }
+  return MessageKind::Allgather;
+}
+
 std::string encode_header(const MessageHeader& header) {
-  std::string out;
-  out.reserve(kHeaderBytes);
-  put_u32(out, kMessageMagic);
-  put_u16(out, kMessageVersion);
-  put_u16(out, static_cast<uint16_t>(header.kind));
-  put_u64(out, header.sequence);
-  put_u32(out, static_cast<uint32_t>(header.sender));
-  put_u32(out, 0);
-  put_u64(out, header.payload_bytes);
-  return out;
+  bytes::Writer writer;
+  writer.u32(kMessageMagic);
+  writer.u16(kMessageVersion);
+  writer.u16(static_cast<uint16_t>(header.kind));
+  writer.u64(header.sequence);
+  writer.i32(header.sender);
+  writer.u32(0);
+  writer.u64(header.payload_bytes);
+  return writer.take();
 }
 
 std::string encode_message(MessageKind kind, uint64_t sequence, int32_t sender, std::string_view payload) {
@@ -82,56 +52,51 @@ std::string encode_message(MessageKind kind, uint64_t sequence, int32_t sender, 
   return out;
 }
 
-Result<MessageHeader> decode_header(std::span<const uint8_t> bytes) {
-  if (bytes.size() < kHeaderBytes)
-    return error(Code::ParseError, "bootstrap message header truncated: " + std::to_string(bytes.size()) +
-                                       " of " + std::to_string(kHeaderBytes) + " bytes");
-  const uint8_t* data = bytes.data();
-  uint32_t magic = static_cast<uint32_t>(get_le(data, 4));
-  if (magic != kMessageMagic) {
-    char text[96];
-    std::snprintf(text, sizeof text, "not a bootstrap message: magic 0x%08x, expected 0x%08x", magic,
-                  kMessageMagic);
-    return error(Code::ParseError, text);
-  }
-  uint16_t version = static_cast<uint16_t>(get_le(data + 4, 2));
+Result<MessageHeader> decode_header(std::span<const uint8_t> data) {
+  if (data.size() < kHeaderBytes)
+    return error(Code::ParseError,
+                 fmt::format("bootstrap message header truncated: {} of {} bytes", data.size(), kHeaderBytes));
+  bytes::Reader reader(data.first(kHeaderBytes));
+  uint32_t magic = reader.u32();
+  if (magic != kMessageMagic)
+    return error(Code::ParseError,
+                 fmt::format("not a bootstrap message: magic {:#010x}, expected {:#010x}", magic, kMessageMagic));
+  uint16_t version = reader.u16();
   if (version != kMessageVersion)
-    return error(Code::Mismatch, "bootstrap message version " + std::to_string(version) + ", this eplb speaks " +
-                                     std::to_string(kMessageVersion) + " (ranks from different eplb builds?)");
-  uint16_t kind = static_cast<uint16_t>(get_le(data + 6, 2));
+    return error(Code::Mismatch, fmt::format("bootstrap message version {}, this eplb speaks {} (ranks from "
+                                             "different eplb builds?)",
+                                             version, kMessageVersion));
+  uint16_t kind = reader.u16();
   if (kind == 0 || kind > kLastMessageKind)
-    return error(Code::ParseError, "bootstrap message of unknown kind " + std::to_string(kind));
+    return error(Code::ParseError, fmt::format("bootstrap message of unknown kind {}", kind));
   MessageHeader header;
   header.kind = static_cast<MessageKind>(kind);
-  header.sequence = get_le(data + 8, 8);
-  header.sender = static_cast<int32_t>(static_cast<uint32_t>(get_le(data + 16, 4)));
-  uint32_t reserved = static_cast<uint32_t>(get_le(data + 20, 4));
-  header.payload_bytes = get_le(data + 24, 8);
+  header.sequence = reader.u64();
+  header.sender = reader.i32();
+  uint32_t reserved = reader.u32();
+  header.payload_bytes = reader.u64();
+  const std::string_view name = kind_name(header.kind);
   if (reserved != 0)
-    return error(Code::ParseError, "bootstrap " + std::string(kind_name(header.kind)) +
-                                       " message: reserved field is " + std::to_string(reserved) + ", not 0");
+    return error(Code::ParseError, fmt::format("bootstrap {} message: reserved field is {}, not 0", name, reserved));
   if (header.sender < 0)
-    return error(Code::ParseError, "bootstrap " + std::string(kind_name(header.kind)) +
-                                       " message: negative sender rank " + std::to_string(header.sender));
+    return error(Code::ParseError, fmt::format("bootstrap {} message: negative sender rank {}", name, header.sender));
   if (header.payload_bytes > kMaxPayloadBytes)
-    return error(Code::ParseError, "bootstrap " + std::string(kind_name(header.kind)) + " message from rank " +
-                                       std::to_string(header.sender) + ": payload of " +
-                                       std::to_string(header.payload_bytes) + " bytes exceeds the maximum of " +
-                                       std::to_string(kMaxPayloadBytes));
+    return error(Code::ParseError, fmt::format("bootstrap {} message from rank {}: payload of {} bytes exceeds the "
+                                               "maximum of {}",
+                                               name, header.sender, header.payload_bytes, kMaxPayloadBytes));
   return header;
 }
 
-Result<Message> decode_message(std::span<const uint8_t> bytes) {
-  EPLB_ASSIGN_OR_RETURN(MessageHeader header, decode_header(bytes));
-  size_t available = bytes.size() - kHeaderBytes;
+Result<Message> decode_message(std::span<const uint8_t> data) {
+  EPLB_ASSIGN_OR_RETURN(MessageHeader header, decode_header(data));
+  size_t available = data.size() - kHeaderBytes;
   if (header.payload_bytes != available)
-    return error(Code::ParseError, "bootstrap " + std::string(kind_name(header.kind)) + " message from rank " +
-                                       std::to_string(header.sender) + " says " +
-                                       std::to_string(header.payload_bytes) + " payload bytes, has " +
-                                       std::to_string(available));
+    return error(Code::ParseError, fmt::format("bootstrap {} message from rank {} says {} payload bytes, has {}",
+                                               kind_name(header.kind), header.sender, header.payload_bytes,
+                                               available));
   Message message;
   message.header = header;
-  message.payload.assign(reinterpret_cast<const char*>(bytes.data() + kHeaderBytes), available);
+  message.payload.assign(reinterpret_cast<const char*>(data.data() + kHeaderBytes), available);
   return message;
 }
 
@@ -182,66 +147,54 @@ Message FrameReader::take() {
 }
 
 std::string encode_hello(const Hello& hello) {
-  std::string out;
-  put_u32(out, static_cast<uint32_t>(hello.size));
-  put_u32(out, static_cast<uint32_t>(hello.pid));
-  return out;
+  bytes::Writer writer;
+  writer.i32(hello.size);
+  writer.i32(hello.pid);
+  return writer.take();
 }
 
 Result<Hello> decode_hello(std::string_view payload) {
   if (payload.size() != 8)
-    return error(Code::ParseError, "bootstrap hello payload has " + std::to_string(payload.size()) +
-                                       " bytes, expected 8");
-  PayloadReader reader(payload);
-  uint64_t size = 0, pid = 0;
-  reader.read(4, &size);
-  reader.read(4, &pid);
+    return error(Code::ParseError, fmt::format("bootstrap hello payload has {} bytes, expected 8", payload.size()));
+  bytes::Reader reader(payload);
   Hello hello;
-  hello.size = static_cast<int32_t>(static_cast<uint32_t>(size));
-  hello.pid = static_cast<int32_t>(static_cast<uint32_t>(pid));
+  hello.size = reader.i32();
+  hello.pid = reader.i32();
   if (hello.size <= 0)
-    return error(Code::ParseError, "bootstrap hello: group size " + std::to_string(hello.size) + " is not positive");
+    return error(Code::ParseError, fmt::format("bootstrap hello: group size {} is not positive", hello.size));
   return hello;
 }
 
 std::string encode_string_list(const std::vector<std::string>& items) {
-  size_t total = 4;
-  for (const auto& item : items) total += 8 + item.size();
-  std::string out;
-  out.reserve(total);
-  put_u32(out, static_cast<uint32_t>(items.size()));
-  for (const auto& item : items) {
-    put_u64(out, item.size());
-    out.append(item);
-  }
-  return out;
+  bytes::Writer writer;
+  writer.u32(static_cast<uint32_t>(items.size()));
+  for (const auto& item : items) writer.blob(item);
+  return writer.take();
 }
 
 Result<std::vector<std::string>> decode_string_list(std::string_view payload, int64_t expected_count) {
-  PayloadReader reader(payload);
-  uint64_t count = 0;
-  if (!reader.read(4, &count))
-    return error(Code::ParseError, "bootstrap list truncated: " + std::to_string(payload.size()) + " bytes");
+  bytes::Reader reader(payload);
+  uint64_t count = reader.u32();
+  if (!reader.ok()) return error(Code::ParseError, fmt::format("bootstrap list truncated: {} bytes", payload.size()));
   if (expected_count >= 0 && count != static_cast<uint64_t>(expected_count))
-    return error(Code::Mismatch, "bootstrap list has " + std::to_string(count) + " items, expected " +
-                                     std::to_string(expected_count));
+    return error(Code::Mismatch, fmt::format("bootstrap list has {} items, expected {}", count, expected_count));
   // Every item needs at least its 8-byte length: reject counts the bytes cannot hold
   // before reserving anything.
-  if (count > reader.left() / 8)
-    return error(Code::ParseError, "bootstrap list claims " + std::to_string(count) + " items in " +
-                                       std::to_string(reader.left()) + " bytes");
+  if (count > reader.remaining() / 8)
+    return error(Code::ParseError,
+                 fmt::format("bootstrap list claims {} items in {} bytes", count, reader.remaining()));
   std::vector<std::string> items(static_cast<size_t>(count));
   for (uint64_t i = 0; i < count; ++i) {
-    uint64_t length = 0;
-    if (!reader.read(8, &length))
-      return error(Code::ParseError, "bootstrap list item " + std::to_string(i) + ": length truncated");
-    if (!reader.read_bytes(length, &items[i]))
-      return error(Code::ParseError, "bootstrap list item " + std::to_string(i) + " claims " +
-                                         std::to_string(length) + " bytes, " + std::to_string(reader.left()) +
-                                         " left");
+    if (reader.remaining() < 8)
+      return error(Code::ParseError, fmt::format("bootstrap list item {}: length truncated", i));
+    const uint64_t length = bytes::load<uint64_t>(reinterpret_cast<const uint8_t*>(payload.data()) + reader.position());
+    items[i] = std::string(reader.blob(reader.remaining()));
+    if (!reader.ok())
+      return error(Code::ParseError, fmt::format("bootstrap list item {} claims {} bytes, {} left", i, length,
+                                                 reader.remaining() - 8));
   }
-  if (reader.left() != 0)
-    return error(Code::ParseError, "bootstrap list: " + std::to_string(reader.left()) + " trailing bytes");
+  if (reader.remaining() != 0)
+    return error(Code::ParseError, fmt::format("bootstrap list: {} trailing bytes", reader.remaining()));
   return items;
 }
 
@@ -256,7 +209,7 @@ std::string encode_vote(bool yes, std::string_view reason) {
 Result<Vote> decode_vote(std::string_view payload) {
   if (payload.empty()) return error(Code::ParseError, "bootstrap vote: empty payload");
   uint8_t flag = static_cast<uint8_t>(payload[0]);
-  if (flag > 1) return error(Code::ParseError, "bootstrap vote: yes flag is " + std::to_string(flag) + ", not 0/1");
+  if (flag > 1) return error(Code::ParseError, fmt::format("bootstrap vote: yes flag is {}, not 0/1", flag));
   Vote vote;
   vote.yes = flag == 1;
   vote.reason.assign(payload.substr(1));
@@ -274,7 +227,7 @@ Result<AbortNotice> decode_abort(std::string_view payload) {
   if (payload.empty()) return error(Code::ParseError, "bootstrap abort: empty payload");
   uint8_t code = static_cast<uint8_t>(payload[0]);
   if (code == 0 || code > static_cast<uint8_t>(Code::Internal))
-    return error(Code::ParseError, "bootstrap abort: status code " + std::to_string(code) + " is not a failure");
+    return error(Code::ParseError, fmt::format("bootstrap abort: status code {} is not a failure", code));
   return AbortNotice{static_cast<Code>(code), std::string(payload.substr(1))};
 }
 
@@ -283,7 +236,7 @@ Result<bool> tally_votes(std::vector<std::string>& votes, std::vector<std::strin
   if (reasons) reasons->assign(votes.size(), std::string());
   for (size_t r = 0; r < votes.size(); ++r) {
     auto vote = decode_vote(votes[r]);
-    if (!vote.is_ok()) return vote.status().with_context("vote of rank " + std::to_string(r));
+    if (!vote.is_ok()) return vote.status().with_context(fmt::format("vote of rank {}", r));
     all_yes = all_yes && vote->yes;
     if (reasons) (*reasons)[r] = std::move(vote->reason);
   }

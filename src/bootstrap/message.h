@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "eplb/bootstrap.h"
 #include "eplb/status.h"
 
 namespace eplb::bootstrap {
@@ -48,6 +49,8 @@ inline constexpr uint16_t kLastMessageKind = static_cast<uint16_t>(MessageKind::
 
 // "allgather", "vote result", ...
 std::string_view kind_name(MessageKind kind);
+// The request message of a collective.
+MessageKind message_kind(Collective kind);
 
 struct MessageHeader {
   MessageKind kind = MessageKind::Hello;

@@ -11,8 +11,8 @@
 // timeout or mismatch the group is unusable (later calls return the first
 // failure) and MPI_Finalize is skipped at exit (it could wait forever for the
 // missing rank); mpirun then stops the remaining ranks. MPI_Init itself has no
-// timeout, so a watchdog thread ends the process (exit code 4) if it does not
-// return within the connect timeout. A rank that dies is normally detected by
+// timeout, so a watchdog thread ends the process (with the caller's exit
+// code) if it does not return within the connect timeout. A rank that dies is normally detected by
 // mpirun itself, which then kills the job.
 #include <cstdlib>
 #include <string>
@@ -32,13 +32,14 @@ bool launched_by_mpirun() {
 #ifndef EPLB_HAVE_MPI
 
 namespace eplb {
-Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double) {
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double, int) {
   return error(Code::Unsupported, "this eplb was built without MPI (install libopenmpi-dev and rebuild)");
 }
 }  // namespace eplb
 
 #else
 
+#include <fmt/format.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -77,11 +78,11 @@ void finalize_at_exit() {
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
   return std::string(text, static_cast<size_t>(length));
 }
 
-Status ensure_initialized(double timeout_seconds) {
+Status ensure_initialized(double timeout_seconds, int stuck_exit_code) {
   std::lock_guard lock(g_init_mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -100,7 +101,7 @@ Status ensure_initialized(double timeout_seconds) {
       std::fprintf(stderr, "eplb: timeout: MPI_Init did not complete within %.1f s (are all ranks started?)\n",
                    timeout_seconds);
       std::fflush(stderr);
-      ::_exit(4);
+      ::_exit(stuck_exit_code);
     }
   });
   int provided = 0;
@@ -113,8 +114,8 @@ Status ensure_initialized(double timeout_seconds) {
   watchdog.join();
   if (code != MPI_SUCCESS) return error(Code::Backend, "MPI_Init_thread failed: " + mpi_error_text(code));
   if (provided < MPI_THREAD_SERIALIZED)
-    return error(Code::Unsupported, "MPI provides thread level " + std::to_string(provided) +
-                                        ", eplb needs MPI_THREAD_SERIALIZED");
+    return error(Code::Unsupported,
+                 fmt::format("MPI provides thread level {}, eplb needs MPI_THREAD_SERIALIZED", provided));
   std::atexit(finalize_at_exit);
   return Status::ok();
 }
@@ -142,7 +143,13 @@ Result<std::vector<size_t>> wait_requests(std::vector<MPI_Request>& requests, De
 }
 
 std::string collective_name(MessageKind kind, uint64_t sequence) {
-  return "mpi " + std::string(bootstrap::kind_name(kind)) + " #" + std::to_string(sequence);
+  return fmt::format("mpi {} #{}", bootstrap::kind_name(kind), sequence);
+}
+
+std::string ranks_phrase(const std::vector<size_t>& indices, const char* one, const char* many) {
+  std::vector<int> ranks(indices.begin(), indices.end());
+  return fmt::format("rank{} {} {}", ranks.size() > 1 ? "s" : "", bootstrap::rank_list(ranks),
+                     ranks.size() > 1 ? many : one);
 }
 
 class MpiGroup final : public ProcessGroup {
@@ -156,21 +163,13 @@ class MpiGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend_name() const override { return "mpi"; }
-
-  Result<std::vector<std::string>> allgather(const std::string& mine, Deadline deadline) override {
-    return collective(MessageKind::Allgather, mine, deadline);
-  }
-  Status barrier(Deadline deadline) override { return collective(MessageKind::Barrier, "", deadline).status(); }
-  Result<bool> vote(bool yes, const std::string& reason, Deadline deadline,
-                    std::vector<std::string>* reasons) override {
-    EPLB_ASSIGN_OR_RETURN(std::vector<std::string> votes,
-                          collective(MessageKind::Vote, bootstrap::encode_vote(yes, reason), deadline));
-    return bootstrap::tally_votes(votes, reasons);
-  }
+  Result<std::vector<std::string>> exchange(Collective kind, std::string mine, Deadline deadline) override;
 
  private:
   // Buffers of one collective; kept alive forever if MPI still owns them.
   struct Exchange {
+    std::string what;  // "mpi allgather #3"
+    Stopwatch elapsed;
     std::array<uint64_t, 3> notice{};
     std::vector<std::array<uint64_t, 3>> notices;
     std::vector<MPI_Request> receives, sends;
@@ -180,14 +179,19 @@ class MpiGroup final : public ProcessGroup {
     std::vector<MPI_Request> data;
   };
 
-  Status fail(Status why, std::unique_ptr<Exchange> exchange) {
+  // The failure that makes this group unusable; MPI may still write into `x`.
+  Status fail(Status why, std::unique_ptr<Exchange>& x) {
     broken_ = why;
     g_some_group_broken.store(true);
-    abandoned_.push_back(std::move(exchange));  // MPI may still write into it
+    abandoned_.push_back(std::move(x));
     return why;
   }
-
-  Result<std::vector<std::string>> collective(MessageKind kind, std::string mine, Deadline deadline);
+  // The 24-byte notice exchange with every other rank: the barrier, and the
+  // check that every rank is in the same collective.
+  Status exchange_notices(Exchange& x, Deadline deadline);
+  Status check_notices(const Exchange& x) const;
+  // allgather and vote: the bytes themselves, with MPI_Iallgatherv.
+  Result<std::vector<std::string>> gather_data(Exchange& x, Deadline deadline);
 
   MPI_Comm comm_;
   int rank_;
@@ -197,18 +201,7 @@ class MpiGroup final : public ProcessGroup {
   std::vector<std::unique_ptr<Exchange>> abandoned_;
 };
 
-Result<std::vector<std::string>> MpiGroup::collective(MessageKind kind, std::string mine, Deadline deadline) {
-  const uint64_t sequence = ++sequence_;
-  const std::string what = collective_name(kind, sequence);
-  if (!broken_.is_ok())
-    return error(broken_.code(), what + ": the group is unusable after an earlier failure: " + broken_.message());
-  if (mine.size() > static_cast<size_t>(INT32_MAX))
-    return error(Code::InvalidArgument, what + ": " + format_bytes(mine.size()) + " exceeds MPI's int count");
-  Stopwatch elapsed;
-  auto exchange = std::make_unique<Exchange>();
-  Exchange& x = *exchange;
-  x.mine = std::move(mine);
-  x.notice = {sequence, static_cast<uint64_t>(kind), x.mine.size()};
+Status MpiGroup::exchange_notices(Exchange& x, Deadline deadline) {
   x.notices.assign(static_cast<size_t>(size_), {});
   x.notices[static_cast<size_t>(rank_)] = x.notice;
   x.receives.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
@@ -218,44 +211,42 @@ Result<std::vector<std::string>> MpiGroup::collective(MessageKind kind, std::str
     int code = MPI_Irecv(x.notices[r].data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.receives[r]);
     if (code == MPI_SUCCESS) code = MPI_Isend(x.notice.data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.sends[r]);
     if (code != MPI_SUCCESS)
-      return fail(error(Code::Backend, what + ": posting the notice exchange with rank " + std::to_string(r) + ": " +
-                                           mpi_error_text(code)),
-                  std::move(exchange));
+      return error(Code::Backend, fmt::format("{}: posting the notice exchange with rank {}: {}", x.what, r,
+                                              mpi_error_text(code)));
   }
   auto missing_or = wait_requests(x.receives, deadline);
-  if (!missing_or.is_ok()) return fail(missing_or.status().with_context(what), std::move(exchange));
-  std::vector<size_t> missing = std::move(missing_or).value();
-  if (!missing.empty()) {
-    std::vector<int> ranks(missing.begin(), missing.end());
-    return fail(error(Code::Timeout, what + ": rank" + (ranks.size() > 1 ? "s " : " ") + bootstrap::rank_list(ranks) +
-                                         (ranks.size() > 1 ? " have" : " has") + " not arrived within " +
-                                         format_seconds(elapsed.seconds()) +
-                                         " (stuck, slow, or dead without mpirun noticing)"),
-                std::move(exchange));
-  }
+  if (!missing_or.is_ok()) return missing_or.status().with_context(x.what);
+  const std::vector<size_t>& missing = *missing_or;
+  if (!missing.empty())
+    return error(Code::Timeout, fmt::format("{}: {} not arrived within {} (stuck, slow, or dead without mpirun "
+                                            "noticing)",
+                                            x.what, ranks_phrase(missing, "has", "have"),
+                                            format_seconds(x.elapsed.seconds())));
+  EPLB_TRY(check_notices(x));
+  auto unsent = wait_requests(x.sends, deadline);
+  if (!unsent.is_ok()) return unsent.status().with_context(x.what);
+  if (!unsent->empty())
+    return error(Code::Timeout, fmt::format("{}: the notice to ranks {} was not delivered within {}", x.what,
+                                            bootstrap::rank_list(std::vector<int>(unsent->begin(), unsent->end())),
+                                            format_seconds(x.elapsed.seconds())));
+  return Status::ok();
+}
+
+Status MpiGroup::check_notices(const Exchange& x) const {
   for (int r = 0; r < size_; ++r) {
     const auto& theirs = x.notices[static_cast<size_t>(r)];
-    if (theirs[0] == sequence && theirs[1] == x.notice[1]) continue;
+    if (theirs[0] == x.notice[0] && theirs[1] == x.notice[1]) continue;
     std::string their_kind = theirs[1] >= 1 && theirs[1] <= bootstrap::kLastMessageKind
                                  ? std::string(bootstrap::kind_name(static_cast<MessageKind>(theirs[1])))
-                                 : "unknown kind " + std::to_string(theirs[1]);
-    return fail(error(Code::Mismatch, what + ": rank " + std::to_string(r) + " is in " + their_kind + " #" +
-                                          std::to_string(theirs[0]) + " while rank " + std::to_string(rank_) +
-                                          " is in " + what + ": collectives must be called in the same order "
-                                          "on every rank"),
-                std::move(exchange));
+                                 : fmt::format("unknown kind {}", theirs[1]);
+    return error(Code::Mismatch, fmt::format("{}: rank {} is in {} #{} while rank {} is in {}: collectives must be "
+                                             "called in the same order on every rank",
+                                             x.what, r, their_kind, theirs[0], rank_, x.what));
   }
-  auto unsent_or = wait_requests(x.sends, deadline);
-  if (!unsent_or.is_ok()) return fail(unsent_or.status().with_context(what), std::move(exchange));
-  std::vector<size_t> unsent = std::move(unsent_or).value();
-  if (!unsent.empty()) {
-    std::vector<int> ranks(unsent.begin(), unsent.end());
-    return fail(error(Code::Timeout, what + ": the notice to ranks " + bootstrap::rank_list(ranks) +
-                                         " was not delivered within " + format_seconds(elapsed.seconds())),
-                std::move(exchange));
-  }
-  if (kind == MessageKind::Barrier) return std::vector<std::string>{};
+  return Status::ok();
+}
 
+Result<std::vector<std::string>> MpiGroup::gather_data(Exchange& x, Deadline deadline) {
   uint64_t total = 0;
   x.counts.resize(static_cast<size_t>(size_));
   x.displacements.resize(static_cast<size_t>(size_));
@@ -264,37 +255,53 @@ Result<std::vector<std::string>> MpiGroup::collective(MessageKind kind, std::str
     x.counts[r] = static_cast<int>(x.notices[r][2]);
     total += x.notices[r][2];
     if (x.notices[r][2] > static_cast<uint64_t>(INT32_MAX) || total > static_cast<uint64_t>(INT32_MAX))
-      return fail(error(Code::InvalidArgument, what + ": " + std::to_string(total) +
-                                                   " bytes in all exceed MPI's int count (rank " + std::to_string(r) +
-                                                   " contributes " + std::to_string(x.notices[r][2]) + ")"),
-                  std::move(exchange));
+      return error(Code::InvalidArgument, fmt::format("{}: {} bytes in all exceed MPI's int count (rank {} "
+                                                      "contributes {})",
+                                                      x.what, total, r, x.notices[r][2]));
   }
   x.gathered.resize(std::max<uint64_t>(total, 1));
   x.data.assign(1, MPI_REQUEST_NULL);
   int code = MPI_Iallgatherv(x.mine.data(), static_cast<int>(x.mine.size()), MPI_BYTE, x.gathered.data(),
                              x.counts.data(), x.displacements.data(), MPI_BYTE, comm_, &x.data[0]);
   if (code != MPI_SUCCESS)
-    return fail(error(Code::Backend, what + ": MPI_Iallgatherv: " + mpi_error_text(code)), std::move(exchange));
-  auto unfinished_or = wait_requests(x.data, deadline);
-  if (!unfinished_or.is_ok()) return fail(unfinished_or.status().with_context(what), std::move(exchange));
-  std::vector<size_t> unfinished = std::move(unfinished_or).value();
-  if (!unfinished.empty())
-    return fail(error(Code::Timeout, what + ": every rank arrived, but the data exchange (" + format_bytes(total) +
-                                         ") did not complete within " + format_seconds(elapsed.seconds()) +
-                                         "; MPI cannot say which rank is behind in a collective"),
-                std::move(exchange));
+    return error(Code::Backend, fmt::format("{}: MPI_Iallgatherv: {}", x.what, mpi_error_text(code)));
+  auto unfinished = wait_requests(x.data, deadline);
+  if (!unfinished.is_ok()) return unfinished.status().with_context(x.what);
+  if (!unfinished->empty())
+    return error(Code::Timeout, fmt::format("{}: every rank arrived, but the data exchange ({}) did not complete "
+                                            "within {}; MPI cannot say which rank is behind in a collective",
+                                            x.what, format_bytes(total), format_seconds(x.elapsed.seconds())));
   std::vector<std::string> result(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r)
     result[r].assign(x.gathered.data() + x.displacements[r], static_cast<size_t>(x.counts[r]));
   return result;
 }
 
+Result<std::vector<std::string>> MpiGroup::exchange(Collective collective, std::string mine, Deadline deadline) {
+  const MessageKind kind = bootstrap::message_kind(collective);
+  const uint64_t sequence = ++sequence_;
+  auto x = std::make_unique<Exchange>();
+  x->what = collective_name(kind, sequence);
+  if (!broken_.is_ok())
+    return error(broken_.code(),
+                 fmt::format("{}: the group is unusable after an earlier failure: {}", x->what, broken_.message()));
+  if (mine.size() > static_cast<size_t>(INT32_MAX))
+    return error(Code::InvalidArgument, fmt::format("{}: {} exceeds MPI's int count", x->what, format_bytes(mine.size())));
+  x->mine = std::move(mine);
+  x->notice = {sequence, static_cast<uint64_t>(kind), x->mine.size()};
+  if (Status noticed = exchange_notices(*x, deadline); !noticed.is_ok()) return fail(noticed, x);
+  if (kind == MessageKind::Barrier) return std::vector<std::string>(static_cast<size_t>(size_));
+  auto gathered = gather_data(*x, deadline);
+  if (!gathered.is_ok()) return fail(gathered.status(), x);
+  return gathered;
+}
+
 }  // namespace
 
-Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds) {
+Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seconds, int stuck_init_exit_code) {
   if (!(connect_timeout_seconds > 0))
     return error(Code::InvalidArgument, "mpi group: connect timeout must be positive");
-  EPLB_TRY(ensure_initialized(connect_timeout_seconds));
+  EPLB_TRY(ensure_initialized(connect_timeout_seconds, stuck_init_exit_code));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;

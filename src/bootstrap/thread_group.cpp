@@ -3,6 +3,8 @@
 // the last rank to arrive computes the result and wakes the others. Every
 // wait is bounded by the caller's deadline. Destroying a rank's group marks
 // that rank as departed, which the others report as RemoteDisconnect.
+#include <fmt/format.h>
+
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -41,7 +43,7 @@ struct SharedState {
 };
 
 std::string collective_name(MessageKind kind, uint64_t sequence) {
-  return std::string(bootstrap::kind_name(kind)) + " #" + std::to_string(sequence);
+  return fmt::format("{} #{}", bootstrap::kind_name(kind), sequence);
 }
 
 class ThreadGroup final : public ProcessGroup {
@@ -56,103 +58,105 @@ class ThreadGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return shared_->size; }
   std::string backend_name() const override { return "thread"; }
-
-  Result<std::vector<std::string>> allgather(const std::string& mine, Deadline deadline) override {
-    return collective(MessageKind::Allgather, mine, deadline);
-  }
-  Status barrier(Deadline deadline) override {
-    auto result = collective(MessageKind::Barrier, std::string(), deadline);
-    return result.status();
-  }
-  Result<bool> vote(bool yes, const std::string& reason, Deadline deadline,
-                    std::vector<std::string>* reasons) override {
-    EPLB_ASSIGN_OR_RETURN(std::vector<std::string> votes,
-                          collective(MessageKind::Vote, bootstrap::encode_vote(yes, reason), deadline));
-    return bootstrap::tally_votes(votes, reasons);
-  }
+  Result<std::vector<std::string>> exchange(Collective kind, std::string mine, Deadline deadline) override;
 
  private:
-  Result<std::vector<std::string>> collective(MessageKind kind, std::string mine, Deadline deadline);
+  // Under the lock: Mismatch when another rank is past `sequence` already.
+  Status check_not_late(const std::string& what, uint64_t sequence);
+  // Under the lock: joins round `sequence` with `mine`; a failure when a
+  // rank gave up on the round or the round's kind differs.
+  Status arrive(Round& round, MessageKind kind, uint64_t sequence, std::string mine);
+  int departed_missing(const Round& round) const;
+  Status timed_out(Round& round, const std::string& what, double seconds) const;
 
   int rank_;
   std::shared_ptr<SharedState> shared_;
   uint64_t sequence_ = 0;
 };
 
-Result<std::vector<std::string>> ThreadGroup::collective(MessageKind kind, std::string mine, Deadline deadline) {
-  const uint64_t sequence = ++sequence_;
-  const std::string what = collective_name(kind, sequence);
-  const std::string self = "rank " + std::to_string(rank_);
-  Stopwatch elapsed;
+Status ThreadGroup::check_not_late(const std::string& what, uint64_t sequence) {
   SharedState& shared = *shared_;
-  const int size = shared.size;
-  std::unique_lock lock(shared.mutex);
   shared.position[static_cast<size_t>(rank_)] = sequence;
-  for (int r = 0; r < size; ++r) {
+  for (int r = 0; r < shared.size; ++r)
     if (shared.position[static_cast<size_t>(r)] > sequence)
-      return error(Code::Mismatch, what + ": rank " + std::to_string(r) + " is already at collective #" +
-                                       std::to_string(shared.position[static_cast<size_t>(r)]) + " while " + self +
-                                       " is at #" + std::to_string(sequence) + ": " + self +
-                                       " is late (an earlier collective failed or was skipped here)");
-  }
-  Round& round = shared.rounds[sequence];
-  if (round.contributions.empty()) round.contributions.resize(static_cast<size_t>(size));
+      return error(Code::Mismatch, fmt::format("{}: rank {} is already at collective #{} while rank {} is at #{}: "
+                                               "rank {} is late (an earlier collective failed or was skipped here)",
+                                               what, r, shared.position[static_cast<size_t>(r)], rank_, sequence,
+                                               rank_));
+  return Status::ok();
+}
+
+Status ThreadGroup::arrive(Round& round, MessageKind kind, uint64_t sequence, std::string mine) {
+  SharedState& shared = *shared_;
+  const std::string what = collective_name(kind, sequence);
+  if (round.contributions.empty()) round.contributions.resize(static_cast<size_t>(shared.size));
   if (round.abandoned_by >= 0)
-    return error(Code::Timeout, what + ": rank " + std::to_string(round.abandoned_by) +
-                                    " gave up waiting here before " + self + " arrived: " + self + " is late");
+    return error(Code::Timeout, fmt::format("{}: rank {} gave up waiting here before rank {} arrived: rank {} is late",
+                                            what, round.abandoned_by, rank_, rank_));
   if (round.first_rank < 0) {
     round.kind = kind;
     round.first_rank = rank_;
   } else if (round.kind != kind && round.failure.is_ok()) {
-    round.failure = error(Code::Mismatch, "rank " + std::to_string(rank_) + " called " + what + " while rank " +
-                                              std::to_string(round.first_rank) + " called " +
-                                              collective_name(round.kind, sequence) +
-                                              ": collectives must be called in the same order on every rank");
+    round.failure = error(Code::Mismatch, fmt::format("rank {} called {} while rank {} called {}: collectives must be "
+                                                      "called in the same order on every rank",
+                                                      rank_, what, round.first_rank,
+                                                      collective_name(round.kind, sequence)));
     shared.changed.notify_all();
   }
   round.contributions[static_cast<size_t>(rank_)] = std::move(mine);
-  if (++round.arrived == size && round.failure.is_ok()) {
+  if (++round.arrived == shared.size && round.failure.is_ok()) {
     round.done = true;
-    round.result.reserve(static_cast<size_t>(size));
     for (auto& contribution : round.contributions) round.result.push_back(*contribution);
     shared.changed.notify_all();
   }
+  return Status::ok();
+}
 
-  auto departed_missing = [&]() -> int {
-    for (int r = 0; r < size; ++r)
-      if (!round.contributions[static_cast<size_t>(r)] && shared.departed[static_cast<size_t>(r)]) return r;
-    return -1;
-  };
+int ThreadGroup::departed_missing(const Round& round) const {
+  for (int r = 0; r < shared_->size; ++r)
+    if (!round.contributions[static_cast<size_t>(r)] && shared_->departed[static_cast<size_t>(r)]) return r;
+  return -1;
+}
+
+Status ThreadGroup::timed_out(Round& round, const std::string& what, double seconds) const {
+  round.abandoned_by = rank_;
+  std::vector<int> missing, present;
+  std::string positions;
+  for (int r = 0; r < shared_->size; ++r) {
+    if (round.contributions[static_cast<size_t>(r)]) {
+      present.push_back(r);
+      continue;
+    }
+    missing.push_back(r);
+    positions += fmt::format("{}rank {} is at #{}", positions.empty() ? "" : ", ", r,
+                             shared_->position[static_cast<size_t>(r)]);
+  }
+  return error(Code::Timeout, fmt::format("{}: rank{} {} {} not arrived within {} ({}; arrived: ranks {})", what,
+                                          missing.size() > 1 ? "s" : "", bootstrap::rank_list(missing),
+                                          missing.size() > 1 ? "have" : "has", format_seconds(seconds), positions,
+                                          bootstrap::rank_list(present)));
+}
+
+Result<std::vector<std::string>> ThreadGroup::exchange(Collective collective, std::string mine, Deadline deadline) {
+  const MessageKind kind = bootstrap::message_kind(collective);
+  const uint64_t sequence = ++sequence_;
+  const std::string what = collective_name(kind, sequence);
+  Stopwatch elapsed;
+  SharedState& shared = *shared_;
+  std::unique_lock lock(shared.mutex);
+  EPLB_TRY(check_not_late(what, sequence));
+  Round& round = shared.rounds[sequence];
+  EPLB_TRY(arrive(round, kind, sequence, std::move(mine)));
   bool finished = shared.changed.wait_until(lock, deadline.at(), [&] {
-    return round.done || !round.failure.is_ok() || departed_missing() >= 0;
+    return round.done || !round.failure.is_ok() || departed_missing(round) >= 0;
   });
   if (!round.failure.is_ok()) return round.failure.with_context(what);
-  if (!finished || (!round.done && departed_missing() < 0)) {
-    round.abandoned_by = rank_;
-    std::vector<int> missing, present;
-    std::string positions;
-    for (int r = 0; r < size; ++r) {
-      if (round.contributions[static_cast<size_t>(r)]) {
-        present.push_back(r);
-      } else {
-        missing.push_back(r);
-        if (!positions.empty()) positions += ", ";
-        positions += "rank " + std::to_string(r) + " is at #" + std::to_string(shared.position[static_cast<size_t>(r)]);
-      }
-    }
-    return error(Code::Timeout, what + ": rank" + (missing.size() > 1 ? "s " : " ") +
-                                    bootstrap::rank_list(missing) + (missing.size() > 1 ? " have" : " has") +
-                                    " not arrived within " + format_seconds(elapsed.seconds()) + " (" + positions +
-                                    "; arrived: ranks " + bootstrap::rank_list(present) + ")");
-  }
-  if (!round.done) {
-    int gone = departed_missing();
-    return error(Code::RemoteDisconnect, what + ": rank " + std::to_string(gone) +
-                                             " lost (its group was destroyed before it joined " + what + ")");
-  }
+  if (!finished || (!round.done && departed_missing(round) < 0)) return timed_out(round, what, elapsed.seconds());
+  if (!round.done)
+    return error(Code::RemoteDisconnect, fmt::format("{}: rank {} lost (its group was destroyed before it joined {})",
+                                                     what, departed_missing(round), what));
   std::vector<std::string> result = round.result;
-  if (++round.taken == size) shared.rounds.erase(sequence);
-  if (kind == MessageKind::Barrier) return std::vector<std::string>{};
+  if (++round.taken == shared.size) shared.rounds.erase(sequence);
   return result;
 }
 

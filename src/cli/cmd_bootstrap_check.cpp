@@ -11,6 +11,8 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <filesystem>
 
@@ -46,11 +48,11 @@ std::string host_description() {
     ::freeifaddrs(list);
   }
   if (addresses.empty()) addresses = "(loopback only)";
-  return std::string(host) + "\t" + std::to_string(::getpid()) + "\t" + addresses;
+  return fmt::format("{}\t{}\t{}", host, ::getpid(), addresses);
 }
 
 Result<std::unique_ptr<ProcessGroup>> join_group(const std::string& bootstrap, double timeout) {
-  if (bootstrap == "mpi") return make_mpi_group(timeout);
+  if (bootstrap == "mpi") return make_mpi_group(timeout, kExitTimeout);
   EPLB_ASSIGN_OR_RETURN(LocalGroupOptions options, local_group_options_from_env());
   options.connect_timeout_seconds = timeout;
   return make_local_group(options);
@@ -84,8 +86,7 @@ Status run_rank(const BootstrapCheckOptions& options, const std::string& bootstr
     EPLB_ASSIGN_OR_RETURN(auto all, group->allgather(payload, Deadline::after_seconds(options.timeout)));
     for (int r = 0; r < size; ++r)
       if (all[r] != std::string(options.bytes, static_cast<char>('a' + r % 26)))
-        return error(Code::Mismatch, "allgather round " + std::to_string(round) + ": wrong bytes from rank " +
-                                         std::to_string(r));
+        return error(Code::Mismatch, fmt::format("allgather round {}: wrong bytes from rank {}", round, r));
   }
   double allgather_seconds = allgather_time.seconds();
   // Every rank confirms it saw the same table.
@@ -106,7 +107,7 @@ Status run_rank(const BootstrapCheckOptions& options, const std::string& bootstr
   }
   if (!agreed) {
     for (int r = 0; r < size; ++r)
-      if (!reasons[r].empty()) return error(Code::Mismatch, "rank " + std::to_string(r) + " " + reasons[r]);
+      if (!reasons[r].empty()) return error(Code::Mismatch, fmt::format("rank {} {}", r, reasons[r]));
   }
   if (rank == 0) std::printf("vote: all %d ranks agree\n", size);
   return Status::ok();
@@ -125,12 +126,14 @@ Status run(const BootstrapCheckOptions& options) {
     std::error_code ec;
     std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) return error(Code::IoError, "cannot find the eplb executable: " + ec.message());
-    std::vector<std::string> argv = {self,         "bootstrap-check", "--bootstrap",
-                                     "local",      "--timeout",       std::to_string(options.timeout),
-                                     "--rounds",   std::to_string(options.rounds),
-                                     "--bytes",    std::to_string(options.bytes)};
-    auto launched = launch_local_ranks(options.ranks, argv, Deadline::after_seconds(options.timeout * 4 + 10), 5);
-    return launched.status();
+    LaunchOptions launch;
+    launch.size = options.ranks;
+    launch.argv = {self,     "bootstrap-check",         "--bootstrap", "local",
+                   "--timeout", fmt::format("{}", options.timeout), "--rounds",   fmt::format("{}", options.rounds),
+                   "--bytes",   fmt::format("{}", options.bytes)};
+    launch.deadline = Deadline::after_seconds(options.timeout * 4 + 10);
+    launch.echo_exit_codes = {kExitTimeout, kExitPeerLost};
+    return launch_status(launch_local_ranks(launch));
   }
   return run_rank(options, bootstrap);
 }

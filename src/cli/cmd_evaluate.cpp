@@ -1,14 +1,16 @@
 // eplb evaluate: replays a load trace window by window and judges policies
 // out of sample (balance on the next window, slots and bytes moved, time).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "command.h"
+#include "common/text.h"
 #include "eplb/common.h"
 #include "eplb/evaluate.h"
 #include "eplb/placement_io.h"
@@ -27,22 +29,13 @@ struct EvaluateArgs {
   double min_gain = 0.0;
   double move_threshold = 0.0;
   bool anti_affinity = false;
-  double bytes_per_expert = 3.0 * 7168 * 2048;  // DeepSeek-V3 expert, FP8: gate, up, down
+  std::string bytes_per_expert = "42MiB";  // DeepSeek-V3 expert, FP8: gate, up, down (3 x 7168 x 2048)
   std::string preset;
   int replicas = 0, groups = 0, nodes = 0, ranks = 0;
   int threads = 1;
   std::string json;
   bool quiet = false;
 };
-
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> names;
-  std::stringstream stream(text);
-  std::string name;
-  while (std::getline(stream, name, ','))
-    if (!name.empty()) names.push_back(name);
-  return names;
-}
 
 Result<Topology> topology_for(const EvaluateArgs& args, const LoadTrace& trace) {
   Topology topology{trace.num_layers, trace.num_experts, trace.num_experts, 1, 1, 1};
@@ -53,8 +46,8 @@ Result<Topology> topology_for(const EvaluateArgs& args, const LoadTrace& trace) 
     topology.num_nodes = preset.num_nodes;
     topology.num_ranks = preset.num_ranks;
     if (preset.num_experts != trace.num_experts)
-      return error(Code::InvalidArgument, "preset " + args.preset + " has " + std::to_string(preset.num_experts) +
-                                              " experts but the trace has " + std::to_string(trace.num_experts));
+      return error(Code::InvalidArgument, fmt::format("preset {} has {} experts but the trace has {}", args.preset,
+                                                      preset.num_experts, trace.num_experts));
   }
   if (args.replicas > 0) topology.num_slots = args.replicas;
   if (args.groups > 0) topology.num_groups = args.groups;
@@ -64,121 +57,131 @@ Result<Topology> topology_for(const EvaluateArgs& args, const LoadTrace& trace) 
   return topology;
 }
 
-std::string percent(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f%%", 100.0 * value);
-  return text;
-}
+std::string percent(double value) { return fmt::format("{:.1f}%", 100.0 * value); }
 
-Status run_evaluate(const EvaluateArgs& args) {
-  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, read_load_trace(args.trace));
-  EPLB_ASSIGN_OR_RETURN(Topology topology, topology_for(args, trace));
-  EPLB_ASSIGN_OR_RETURN(Estimator estimator, parse_estimator(args.estimator));
-  std::vector<std::string> names = split_names(args.policies);
-  if (names.empty()) return error(Code::InvalidArgument, "--policies lists no policy");
-  for (const auto& name : names) EPLB_TRY(make_policy(name).status());
-  if (args.bytes_per_expert < 0) return error(Code::InvalidArgument, "--bytes-per-expert must be >= 0");
-
+Result<EvaluateOptions> evaluate_options(const EvaluateArgs& args) {
   EvaluateOptions options;
+  EPLB_ASSIGN_OR_RETURN(options.estimator, parse_estimator(args.estimator));
+  auto bytes = parse_byte_size(args.bytes_per_expert);
+  if (!bytes) return bytes.status().with_context("--bytes-per-expert");
   options.window = args.window;
   options.history = args.history;
-  options.estimator = estimator;
   options.policy.threads = args.threads;
   options.policy.anti_affinity = args.anti_affinity;
   options.policy.min_gain = args.min_gain;
   options.policy.budget = args.budget;
   options.policy.move_threshold = args.move_threshold;
-  options.bytes_per_expert = args.bytes_per_expert;
+  options.bytes_per_expert = double(*bytes);
   if (!args.quiet)
     options.progress = [](const std::string& line) { std::fprintf(stderr, "evaluate: %s\n", line.c_str()); };
+  return options;
+}
 
+void print_rows(const EvaluateArgs& args, const LoadTrace& trace, const Topology& topology,
+                const EvaluateOptions& options, const std::vector<PolicyEvaluation>& results) {
+  fmt::print("trace {}: {} steps, window {}, estimator {}, {}\n", args.trace, trace.num_steps, args.window,
+             options.estimator.to_string(), topology.to_string());
+  fmt::print("{} rebalances per policy; balancedness = mean over layers of mean/max rank load\n\n",
+             results.front().windows.size());
+  fmt::print("{:<12} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11} {:>9} {:>9}\n", "policy", "in-sample", "next-win",
+             "slots/rb", "max slots", "bytes/rb", "max bytes", "wall/rb", "cpu/rb");
+  for (const auto& r : results)
+    fmt::print("{:<12} {:>9.4f} {:>9.4f} {:>9.1f} {:>9} {:>11} {:>11} {:>9} {:>9}\n", r.policy, r.mean_in_sample(),
+               r.mean_next_window(), r.mean_slots_moved(), r.max_slots_moved(),
+               format_bytes(uint64_t(r.mean_bytes_moved())), format_bytes(uint64_t(r.max_bytes_moved())),
+               format_seconds(r.median_seconds()), format_seconds(r.median_cpu_seconds()));
+}
+
+// Relative to deepseek, when it was evaluated too.
+void print_versus_deepseek(const std::vector<PolicyEvaluation>& results) {
+  const PolicyEvaluation* reference = nullptr;
+  for (const auto& r : results)
+    if (r.policy == "deepseek") reference = &r;
+  if (!reference) return;
+  double stale = 0;
+  for (const auto& w : reference->windows) stale += w.in_sample - w.next_window;
+  fmt::print("\ndeepseek loses {:.2f} points of balancedness from in-sample to the next window (mean)\n",
+             100.0 * stale / double(reference->windows.size()));
+  fmt::print("{:<12} {:>12} {:>16} {:>16} {:>14}\n", "vs deepseek", "next-win", "next >= deepseek", "in >= deepseek",
+             "slots moved");
+  for (const auto& r : results) {
+    if (&r == reference) continue;
+    int next_at_least = 0, in_at_least = 0;
+    for (size_t i = 0; i < r.windows.size(); ++i) {
+      const auto &mine = r.windows[i], &theirs = reference->windows[i];
+      next_at_least += mine.next_window >= theirs.next_window - 1e-12;
+      in_at_least += mine.in_sample >= theirs.in_sample - 1e-12;
+    }
+    const double slots = reference->mean_slots_moved() > 0 ? r.mean_slots_moved() / reference->mean_slots_moved() : 0;
+    fmt::print("{:<12} {:>12} {:>16} {:>16} {:>14}\n", r.policy,
+               percent(r.mean_next_window() / reference->mean_next_window()),
+               fmt::format("{}/{}", next_at_least, r.windows.size()), fmt::format("{}/{}", in_at_least, r.windows.size()),
+               percent(slots));
+  }
+}
+
+nlohmann::json policy_json(const PolicyEvaluation& r) {
+  nlohmann::json policy = {{"policy", r.policy},
+                           {"mean_in_sample", r.mean_in_sample()},
+                           {"mean_next_window", r.mean_next_window()},
+                           {"mean_slots_moved", r.mean_slots_moved()},
+                           {"max_slots_moved", r.max_slots_moved()},
+                           {"mean_bytes_moved", r.mean_bytes_moved()},
+                           {"max_bytes_moved", r.max_bytes_moved()},
+                           {"median_seconds", r.median_seconds()},
+                           {"median_cpu_seconds", r.median_cpu_seconds()}};
+  for (const auto& w : r.windows)
+    policy["windows"].push_back({{"boundary", w.boundary},
+                                 {"in_sample", w.in_sample},
+                                 {"next_window", w.next_window},
+                                 {"stale_next", w.stale_next},
+                                 {"slots_moved", w.slots_moved},
+                                 {"bytes_moved", w.bytes_moved},
+                                 {"seconds", w.seconds},
+                                 {"cpu_seconds", w.cpu_seconds}});
+  return policy;
+}
+
+Status write_json(const EvaluateArgs& args, const Topology& topology, const EvaluateOptions& options,
+                  const std::vector<PolicyEvaluation>& results) {
+  nlohmann::json out;
+  out["trace"] = args.trace;
+  out["window"] = args.window;
+  out["history"] = args.history;
+  out["estimator"] = options.estimator.to_string();
+  out["topology"] = {{"layers", topology.num_layers}, {"experts", topology.num_experts},
+                     {"slots", topology.num_slots},   {"groups", topology.num_groups},
+                     {"nodes", topology.num_nodes},   {"ranks", topology.num_ranks}};
+  out["options"] = {{"budget", args.budget},
+                    {"min_gain", args.min_gain},
+                    {"move_threshold", args.move_threshold},
+                    {"anti_affinity", args.anti_affinity},
+                    {"bytes_per_expert", options.bytes_per_expert},
+                    {"threads", args.threads}};
+  for (const auto& r : results) out["policies"].push_back(policy_json(r));
+  std::ofstream file(args.json);
+  file << out.dump(1) << "\n";
+  if (!file) return error(Code::IoError, "cannot write " + args.json);
+  return Status::ok();
+}
+
+Status run_evaluate(const EvaluateArgs& args) {
+  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, read_load_trace(args.trace));
+  EPLB_ASSIGN_OR_RETURN(Topology topology, topology_for(args, trace));
+  EPLB_ASSIGN_OR_RETURN(EvaluateOptions options, evaluate_options(args));
+  std::vector<std::string> names;
+  for (std::string_view name : text::split(args.policies, ','))
+    if (!name.empty()) names.emplace_back(name);
+  if (names.empty()) return error(Code::InvalidArgument, "--policies lists no policy");
+  for (const auto& name : names) EPLB_TRY(make_policy(name).status());
   std::vector<PolicyEvaluation> results;
   for (const auto& name : names) {
     EPLB_ASSIGN_OR_RETURN(PolicyEvaluation evaluation, evaluate_policy(trace, topology, name, options));
     results.push_back(std::move(evaluation));
   }
-
-  std::printf("trace %s: %d steps, window %d, estimator %s, %s\n", args.trace.c_str(), trace.num_steps, args.window,
-              estimator.to_string().c_str(), topology.to_string().c_str());
-  std::printf("%d rebalances per policy; balancedness = mean over layers of mean/max rank load\n\n",
-              int(results.front().windows.size()));
-  std::printf("%-12s %9s %9s %9s %9s %11s %11s %9s %9s\n", "policy", "in-sample", "next-win", "slots/rb",
-              "max slots", "bytes/rb", "max bytes", "wall/rb", "cpu/rb");
-  for (const auto& r : results)
-    std::printf("%-12s %9.4f %9.4f %9.1f %9lld %11s %11s %9s %9s\n", r.policy.c_str(), r.mean_in_sample(),
-                r.mean_next_window(), r.mean_slots_moved(), static_cast<long long>(r.max_slots_moved()),
-                format_bytes(uint64_t(r.mean_bytes_moved())).c_str(), format_bytes(uint64_t(r.max_bytes_moved())).c_str(),
-                format_seconds(r.median_seconds()).c_str(), format_seconds(r.median_cpu_seconds()).c_str());
-  // Relative to deepseek, when it was evaluated too.
-  const PolicyEvaluation* reference = nullptr;
-  for (const auto& r : results)
-    if (r.policy == "deepseek") reference = &r;
-  if (reference) {
-    double stale = 0;
-    for (const auto& w : reference->windows) stale += w.in_sample - w.next_window;
-    std::printf("\ndeepseek loses %.2f points of balancedness from in-sample to the next window (mean)\n",
-                100.0 * stale / double(reference->windows.size()));
-    std::printf("%-12s %12s %16s %16s %14s\n", "vs deepseek", "next-win", "next >= deepseek", "in >= deepseek",
-                "slots moved");
-    for (const auto& r : results) {
-      if (&r == reference) continue;
-      int next_at_least = 0, in_at_least = 0;
-      for (size_t i = 0; i < r.windows.size(); ++i) {
-        const auto &mine = r.windows[i], &theirs = reference->windows[i];
-        next_at_least += mine.next_window >= theirs.next_window - 1e-12;
-        in_at_least += mine.in_sample >= theirs.in_sample - 1e-12;
-      }
-      std::string windows = std::to_string(r.windows.size());
-      std::printf("%-12s %12s %16s %16s %14s\n", r.policy.c_str(),
-                  percent(r.mean_next_window() / reference->mean_next_window()).c_str(),
-                  (std::to_string(next_at_least) + "/" + windows).c_str(),
-                  (std::to_string(in_at_least) + "/" + windows).c_str(),
-                  percent(reference->mean_slots_moved() > 0 ? r.mean_slots_moved() / reference->mean_slots_moved() : 0)
-                      .c_str());
-    }
-  }
-
-  if (!args.json.empty()) {
-    nlohmann::json out;
-    out["trace"] = args.trace;
-    out["window"] = args.window;
-    out["history"] = args.history;
-    out["estimator"] = estimator.to_string();
-    out["topology"] = {{"layers", topology.num_layers}, {"experts", topology.num_experts},
-                       {"slots", topology.num_slots},   {"groups", topology.num_groups},
-                       {"nodes", topology.num_nodes},   {"ranks", topology.num_ranks}};
-    out["options"] = {{"budget", args.budget},
-                      {"min_gain", args.min_gain},
-                      {"move_threshold", args.move_threshold},
-                      {"anti_affinity", args.anti_affinity},
-                      {"bytes_per_expert", args.bytes_per_expert},
-                      {"threads", args.threads}};
-    for (const auto& r : results) {
-      nlohmann::json policy;
-      policy["policy"] = r.policy;
-      policy["mean_in_sample"] = r.mean_in_sample();
-      policy["mean_next_window"] = r.mean_next_window();
-      policy["mean_slots_moved"] = r.mean_slots_moved();
-      policy["max_slots_moved"] = r.max_slots_moved();
-      policy["mean_bytes_moved"] = r.mean_bytes_moved();
-      policy["max_bytes_moved"] = r.max_bytes_moved();
-      policy["median_seconds"] = r.median_seconds();
-      policy["median_cpu_seconds"] = r.median_cpu_seconds();
-      for (const auto& w : r.windows)
-        policy["windows"].push_back({{"boundary", w.boundary},
-                                     {"in_sample", w.in_sample},
-                                     {"next_window", w.next_window},
-                                     {"stale_next", w.stale_next},
-                                     {"slots_moved", w.slots_moved},
-                                     {"bytes_moved", w.bytes_moved},
-                                     {"seconds", w.seconds},
-                                     {"cpu_seconds", w.cpu_seconds}});
-      out["policies"].push_back(policy);
-    }
-    std::ofstream file(args.json);
-    file << out.dump(1) << "\n";
-    if (!file) return error(Code::IoError, "cannot write " + args.json);
-  }
+  print_rows(args, trace, topology, options, results);
+  print_versus_deepseek(results);
+  if (!args.json.empty()) EPLB_TRY(write_json(args, topology, options, results));
   return Status::ok();
 }
 
@@ -216,7 +219,8 @@ void add_evaluate(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--anti-affinity", args->anti_affinity, "Never put two replicas of one expert on one rank");
   command->add_option("--bytes-per-expert", args->bytes_per_expert,
-                      "Bytes of one expert's weights, for bytes moved (default: DeepSeek-V3 FP8, 44 MB)")
+                      "Bytes of one expert's weights, for bytes moved, as a byte size (44040192, 42MiB, 1.5G);\n"
+                      "default: a DeepSeek-V3 routed expert in FP8, 42 MiB")
       ->capture_default_str();
   command->add_option("--preset", args->preset, "Topology preset: deepseek-v3, qwen3-235b, mixtral-8x7b, tiny");
   command->add_option("--replicas", args->replicas, "Physical slots per layer R (overrides the preset)");

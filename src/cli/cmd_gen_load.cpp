@@ -1,4 +1,5 @@
 // eplb gen-load: writes a synthetic load matrix or a drifting load trace.
+#include <fmt/format.h>
 #include <cstdio>
 #include <string>
 
@@ -23,11 +24,7 @@ struct GenLoadArgs {
   std::string out;
 };
 
-std::string number_text(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%g", value);
-  return buffer;
-}
+std::string number_text(double value) { return fmt::format("{:g}", value); }
 
 Status run_gen_load(const GenLoadArgs& args) {
   EPLB_ASSIGN_OR_RETURN(Topology topology, topology_preset(args.preset));
@@ -55,8 +52,7 @@ Status run_gen_load(const GenLoadArgs& args) {
   for (double value : trace.values) total += value;
   double drift = args.drift < 0 ? default_drift() : args.drift;
   std::printf("gen-load: wrote %s: %s%d layers x %d experts, %s skew %s%s, seed %llu, %.0f tokens in total\n",
-              args.out.c_str(),
-              trace.num_steps > 1 ? (std::to_string(trace.num_steps) + " steps x ").c_str() : "",
+              args.out.c_str(), trace.num_steps > 1 ? (fmt::format("{} steps x ", trace.num_steps)).c_str() : "",
               trace.num_layers, trace.num_experts, args.distribution.c_str(), number_text(args.skew).c_str(),
               trace.num_steps > 1 ? (", drift " + number_text(drift)).c_str() : "",
               static_cast<unsigned long long>(args.seed), total);

@@ -1,10 +1,13 @@
 // eplb rebalance: computes a new placement from expert loads with a policy,
 // and reports balancedness before and after (and, with --current, what moves).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "command.h"
+#include "common/text.h"
 #include "eplb/common.h"
 #include "eplb/placement.h"
 #include "eplb/placement_io.h"
@@ -15,9 +18,6 @@
 namespace eplb::cli {
 namespace {
 
-// One DeepSeek-V3 routed expert in FP8: gate, up and down projections,
-// 3 x 7168 x 2048 bytes (42 MiB).
-constexpr uint64_t kDefaultBytesPerExpert = 3ull * 7168 * 2048;
 
 struct RebalanceArgs {
   std::string load_path;
@@ -29,7 +29,9 @@ struct RebalanceArgs {
   std::string out_path;
   std::string format = "table";
   int threads = 1;
-  uint64_t bytes_per_expert = kDefaultBytesPerExpert;
+  // One DeepSeek-V3 routed expert in FP8: gate, up and down projections,
+  // 3 x 7168 x 2048 bytes (42 MiB).
+  std::string bytes_per_expert = "42MiB";
   PolicyOptions options;
 };
 
@@ -40,166 +42,209 @@ struct Moved {
   std::vector<int> per_layer;
 };
 
-std::string fixed(double value, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
-Status run_rebalance(RebalanceArgs args) {
-  // Topology: the preset, with layers and experts from the load file (if
-  // any) and slots, groups, nodes and ranks from the flags (if given).
-  EPLB_ASSIGN_OR_RETURN(Topology topology, topology_preset(args.preset));
+// Everything the report shows.
+struct Rebalanced {
+  Topology topology;
   LoadMatrix load;
   std::string load_source;
+  Placement current, placement;
+  double policy_seconds = 0;
+  BalanceSummary before, after;
+  bool with_current = false;
+  Moved moved;
+  uint64_t bytes_per_expert = 0;
+};
+
+// Topology: the preset, with layers and experts from the load file (if any)
+// and slots, groups, nodes and ranks from the flags (if given); the load
+// from the file, or generated.
+Status load_inputs(const RebalanceArgs& args, Rebalanced& out) {
+  EPLB_ASSIGN_OR_RETURN(out.topology, topology_preset(args.preset));
+  Topology& topology = out.topology;
   if (!args.load_path.empty()) {
-    EPLB_ASSIGN_OR_RETURN(load, read_load_file(args.load_path));
-    topology.num_layers = load.num_layers;
-    topology.num_experts = load.num_experts;
-    load_source = args.load_path;
+    EPLB_ASSIGN_OR_RETURN(out.load, read_load_file(args.load_path));
+    topology.num_layers = out.load.num_layers;
+    topology.num_experts = out.load.num_experts;
+    out.load_source = args.load_path;
   }
   if (args.replicas > 0) topology.num_slots = args.replicas;
   if (args.groups > 0) topology.num_groups = args.groups;
   if (args.nodes > 0) topology.num_nodes = args.nodes;
   if (args.ranks > 0) topology.num_ranks = args.ranks;
   EPLB_TRY(topology.validate().with_context("rebalance"));
-  if (args.load_path.empty()) {
-    LoadGenOptions generate;
-    generate.num_layers = topology.num_layers;
-    generate.num_experts = topology.num_experts;
-    generate.seed = args.seed;
-    EPLB_ASSIGN_OR_RETURN(LoadTrace trace, generate_load_trace(generate));
-    load = trace.sum(0, trace.num_steps);
-    load_source = "generated (" + args.preset + "-shaped zipf, seed " + std::to_string(args.seed) +
-                  "; pass --load FILE for measured loads)";
-  }
+  if (!args.load_path.empty()) return Status::ok();
+  LoadGenOptions generate;
+  generate.num_layers = topology.num_layers;
+  generate.num_experts = topology.num_experts;
+  generate.seed = args.seed;
+  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, generate_load_trace(generate));
+  out.load = trace.sum(0, trace.num_steps);
+  out.load_source = fmt::format("generated ({}-shaped zipf, seed {}; pass --load FILE for measured loads)",
+                                args.preset, args.seed);
+  return Status::ok();
+}
 
-  Placement current = default_placement(topology);
-  if (!args.current_path.empty()) {
-    EPLB_ASSIGN_OR_RETURN(PlacementFile file, read_placement_file(args.current_path));
-    EPLB_TRY(file.placement.validate_against(topology).with_context("--current " + args.current_path));
-    if (file.topology.num_ranks != topology.num_ranks)
-      return error(Code::Mismatch, "--current " + args.current_path + ": its topology " +
-                                       file.topology.to_string() + " spreads the slots over " +
-                                       std::to_string(file.topology.num_ranks) + " ranks, not " +
-                                       std::to_string(topology.num_ranks));
-    current = std::move(file.placement);
-  }
+Status load_current(const RebalanceArgs& args, Rebalanced& out) {
+  out.current = default_placement(out.topology);
+  out.with_current = !args.current_path.empty();
+  if (!out.with_current) return Status::ok();
+  EPLB_ASSIGN_OR_RETURN(PlacementFile file, read_placement_file(args.current_path));
+  EPLB_TRY(file.placement.validate_against(out.topology).with_context("--current " + args.current_path));
+  if (file.topology.num_ranks != out.topology.num_ranks)
+    return error(Code::Mismatch, fmt::format("--current {}: its topology {} spreads the slots over {} ranks, not {}",
+                                             args.current_path, file.topology.to_string(), file.topology.num_ranks,
+                                             out.topology.num_ranks));
+  out.current = std::move(file.placement);
+  return Status::ok();
+}
 
+Status measure_moves(Rebalanced& out) {
+  Moved& moved = out.moved;
+  moved.per_layer = slots_changed(out.current, out.placement);
+  for (int changed : moved.per_layer) moved.slots_changed += changed;
+  EPLB_ASSIGN_OR_RETURN(MigrationPlan plan, plan_migration(out.current, out.placement, out.topology));
+  moved.plan = plan.stats;
+  moved.bytes_local = uint64_t(plan.stats.slots_local_copy) * out.bytes_per_expert;
+  moved.bytes_intra_node = uint64_t(plan.stats.slots_read_intra_node) * out.bytes_per_expert;
+  moved.bytes_inter_node = uint64_t(plan.stats.slots_read_inter_node) * out.bytes_per_expert;
+  return Status::ok();
+}
+
+nlohmann::json layers_json(const Rebalanced& r) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (int l = 0; l < r.topology.num_layers; ++l) {
+    nlohmann::json row = {{"layer", l},
+                          {"before", r.before.per_layer[l]},
+                          {"after", r.after.per_layer[l]},
+                          {"max_rank_load_before", r.before.max_load[l]},
+                          {"max_rank_load_after", r.after.max_load[l]},
+                          {"mean_rank_load", r.after.mean_load[l]}};
+    if (r.with_current) row["slots_moved"] = r.moved.per_layer[l];
+    layers.push_back(row);
+  }
+  return layers;
+}
+
+nlohmann::json moved_json(const Rebalanced& r) {
+  const Moved& moved = r.moved;
+  return {{"slots", moved.slots_changed},
+          {"slots_total", int64_t(r.topology.num_layers) * r.topology.num_slots},
+          {"slots_kept", moved.plan.slots_kept},
+          {"slots_local_copy", moved.plan.slots_local_copy},
+          {"slots_read_intra_node", moved.plan.slots_read_intra_node},
+          {"slots_read_inter_node", moved.plan.slots_read_inter_node},
+          {"bytes_per_expert", r.bytes_per_expert},
+          {"bytes_local_copy", moved.bytes_local},
+          {"bytes_intra_node", moved.bytes_intra_node},
+          {"bytes_inter_node", moved.bytes_inter_node},
+          {"bytes_over_network", moved.bytes_intra_node + moved.bytes_inter_node}};
+}
+
+void print_json(const RebalanceArgs& args, const Rebalanced& r) {
+  const Topology& t = r.topology;
+  auto summary = [](const BalanceSummary& b) {
+    return nlohmann::json{{"mean_balancedness", b.mean_balancedness}, {"sum_balancedness", b.sum_balancedness}};
+  };
+  nlohmann::json out = {{"policy", args.policy},
+                        {"topology",
+                         {{"layers", t.num_layers},
+                          {"experts", t.num_experts},
+                          {"slots", t.num_slots},
+                          {"groups", t.num_groups},
+                          {"nodes", t.num_nodes},
+                          {"ranks", t.num_ranks},
+                          {"variant", t.hierarchical() ? "hierarchical" : "global"}}},
+                        {"load", r.load_source},
+                        {"before_placement", r.with_current ? args.current_path : std::string("default")},
+                        {"per_layer", layers_json(r)},
+                        {"summary", {{"before", summary(r.before)}, {"after", summary(r.after)}}},
+                        {"policy_seconds", r.policy_seconds},
+                        {"threads", args.threads}};
+  if (r.with_current) out["moved"] = moved_json(r);
+  if (!args.out_path.empty()) out["out"] = args.out_path;
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void print_moved(const Rebalanced& r) {
+  const Moved& moved = r.moved;
+  const int64_t total_slots = int64_t(r.topology.num_layers) * r.topology.num_slots;
+  fmt::print("moved vs --current: {} of {} slots rewritten ({:.1f}%): {} local copies, {} intra-node reads, {} "
+             "inter-node reads\n",
+             moved.slots_changed, total_slots, 100.0 * double(moved.slots_changed) / double(total_slots),
+             moved.plan.slots_local_copy, moved.plan.slots_read_intra_node, moved.plan.slots_read_inter_node);
+  fmt::print("bytes ({} per expert): {} over the network ({} intra-node, {} inter-node), {} copied locally\n",
+             format_bytes(r.bytes_per_expert), format_bytes(moved.bytes_intra_node + moved.bytes_inter_node),
+             format_bytes(moved.bytes_intra_node), format_bytes(moved.bytes_inter_node),
+             format_bytes(moved.bytes_local));
+}
+
+void print_table(const RebalanceArgs& args, const Rebalanced& r) {
+  fmt::print("eplb rebalance: policy {}, {} ({} variant)\n", args.policy, r.topology.to_string(),
+             r.topology.hierarchical() ? "hierarchical" : "global");
+  fmt::print("load: {}\n", r.load_source);
+  fmt::print("before: {}\n", r.with_current ? "--current " + args.current_path
+                                              : "the default placement (slot s holds expert s mod E)");
+  fmt::print("\n{:>5}  {:>8}  {:>8}  {:>14}  {:>14}{}\n", "layer", "before", "after", "max load before",
+             "max load after", r.with_current ? "  slots moved" : "");
+  for (int l = 0; l < r.topology.num_layers; ++l)
+    fmt::print("{:>5}  {:>8.4f}  {:>8.4f}  {:>14.1f}  {:>14.1f}{}\n", l, r.before.per_layer[l], r.after.per_layer[l],
+               r.before.max_load[l], r.after.max_load[l],
+               r.with_current ? fmt::format("  {:>11}", r.moved.per_layer[l]) : std::string());
+  fmt::print("\nbalancedness (mean rank load / max rank load; 1.0 is perfect)\n");
+  fmt::print("  mean over layers:           {:.4f} -> {:.4f}\n", r.before.mean_balancedness, r.after.mean_balancedness);
+  fmt::print("  sum of means / sum of maxes: {:.4f} -> {:.4f}\n", r.before.sum_balancedness, r.after.sum_balancedness);
+  fmt::print("policy time: {} ({} thread{})\n", format_seconds(r.policy_seconds), args.threads,
+             args.threads == 1 ? "" : "s");
+  if (r.with_current) print_moved(r);
+  if (!args.out_path.empty()) fmt::print("wrote {}\n", args.out_path);
+}
+
+Status run_rebalance(RebalanceArgs args) {
+  Rebalanced r;
+  EPLB_ASSIGN_OR_RETURN(r.bytes_per_expert, parse_byte_size(args.bytes_per_expert));
+  EPLB_TRY(load_inputs(args, r));
+  EPLB_TRY(load_current(args, r));
   EPLB_ASSIGN_OR_RETURN(auto policy, make_policy(args.policy));
   args.options.threads = args.threads;
   Stopwatch watch;
-  auto placed = policy->place(load, topology, current, args.options);
-  const double policy_seconds = watch.seconds();
+  auto placed = policy->place(r.load, r.topology, r.current, args.options);
+  r.policy_seconds = watch.seconds();
   if (!placed.is_ok()) return placed.status().with_context("rebalance");
-  const Placement& placement = *placed;
-
-  BalanceSummary before = balancedness(current, load, topology);
-  BalanceSummary after = balancedness(placement, load, topology);
-  const bool with_current = !args.current_path.empty();
-  Moved moved;
-  if (with_current) {
-    moved.per_layer = slots_changed(current, placement);
-    for (int changed : moved.per_layer) moved.slots_changed += changed;
-    EPLB_ASSIGN_OR_RETURN(MigrationPlan plan, plan_migration(current, placement, topology));
-    moved.plan = plan.stats;
-    moved.bytes_local = uint64_t(plan.stats.slots_local_copy) * args.bytes_per_expert;
-    moved.bytes_intra_node = uint64_t(plan.stats.slots_read_intra_node) * args.bytes_per_expert;
-    moved.bytes_inter_node = uint64_t(plan.stats.slots_read_inter_node) * args.bytes_per_expert;
-  }
-  const int64_t total_slots = int64_t(topology.num_layers) * topology.num_slots;
-
+  r.placement = std::move(placed).value();
+  r.before = balancedness(r.current, r.load, r.topology);
+  r.after = balancedness(r.placement, r.load, r.topology);
+  if (r.with_current) EPLB_TRY(measure_moves(r));
   if (!args.out_path.empty()) {
     nlohmann::json extra = {{"policy", args.policy},
-                            {"balancedness_mean", after.mean_balancedness},
-                            {"balancedness_sum", after.sum_balancedness}};
-    EPLB_TRY(write_placement_file(args.out_path, placement, topology, extra.dump()));
+                            {"balancedness_mean", r.after.mean_balancedness},
+                            {"balancedness_sum", r.after.sum_balancedness}};
+    EPLB_TRY(write_placement_file(args.out_path, r.placement, r.topology, extra.dump()));
   }
-
-  const char* variant = topology.hierarchical() ? "hierarchical" : "global";
-  if (args.format == "json") {
-    nlohmann::json layers = nlohmann::json::array();
-    for (int l = 0; l < topology.num_layers; ++l) {
-      nlohmann::json row = {{"layer", l},
-                            {"before", before.per_layer[l]},
-                            {"after", after.per_layer[l]},
-                            {"max_rank_load_before", before.max_load[l]},
-                            {"max_rank_load_after", after.max_load[l]},
-                            {"mean_rank_load", after.mean_load[l]}};
-      if (with_current) row["slots_moved"] = moved.per_layer[l];
-      layers.push_back(row);
-    }
-    nlohmann::json out = {
-        {"policy", args.policy},
-        {"topology",
-         {{"layers", topology.num_layers},
-          {"experts", topology.num_experts},
-          {"slots", topology.num_slots},
-          {"groups", topology.num_groups},
-          {"nodes", topology.num_nodes},
-          {"ranks", topology.num_ranks},
-          {"variant", variant}}},
-        {"load", load_source},
-        {"before_placement", with_current ? args.current_path : std::string("default")},
-        {"per_layer", layers},
-        {"summary",
-         {{"before", {{"mean_balancedness", before.mean_balancedness}, {"sum_balancedness", before.sum_balancedness}}},
-          {"after", {{"mean_balancedness", after.mean_balancedness}, {"sum_balancedness", after.sum_balancedness}}}}},
-        {"policy_seconds", policy_seconds},
-        {"threads", args.threads}};
-    if (with_current)
-      out["moved"] = {{"slots", moved.slots_changed},
-                      {"slots_total", total_slots},
-                      {"slots_kept", moved.plan.slots_kept},
-                      {"slots_local_copy", moved.plan.slots_local_copy},
-                      {"slots_read_intra_node", moved.plan.slots_read_intra_node},
-                      {"slots_read_inter_node", moved.plan.slots_read_inter_node},
-                      {"bytes_per_expert", args.bytes_per_expert},
-                      {"bytes_local_copy", moved.bytes_local},
-                      {"bytes_intra_node", moved.bytes_intra_node},
-                      {"bytes_inter_node", moved.bytes_inter_node},
-                      {"bytes_over_network", moved.bytes_intra_node + moved.bytes_inter_node}};
-    if (!args.out_path.empty()) out["out"] = args.out_path;
-    std::printf("%s\n", out.dump(2).c_str());
-    return Status::ok();
-  }
-
-  std::printf("eplb rebalance: policy %s, %s (%s variant)\n", args.policy.c_str(), topology.to_string().c_str(),
-              variant);
-  std::printf("load: %s\n", load_source.c_str());
-  std::printf("before: %s\n", with_current ? ("--current " + args.current_path).c_str()
-                                           : "the default placement (slot s holds expert s mod E)");
-  std::printf("\n%5s  %8s  %8s  %14s  %14s%s\n", "layer", "before", "after", "max load before", "max load after",
-              with_current ? "  slots moved" : "");
-  for (int l = 0; l < topology.num_layers; ++l) {
-    std::printf("%5d  %8.4f  %8.4f  %14.1f  %14.1f", l, before.per_layer[l], after.per_layer[l],
-                before.max_load[l], after.max_load[l]);
-    if (with_current) std::printf("  %11d", moved.per_layer[l]);
-    std::printf("\n");
-  }
-  std::printf("\nbalancedness (mean rank load / max rank load; 1.0 is perfect)\n");
-  std::printf("  mean over layers:           %s -> %s\n", fixed(before.mean_balancedness, 4).c_str(),
-              fixed(after.mean_balancedness, 4).c_str());
-  std::printf("  sum of means / sum of maxes: %s -> %s\n", fixed(before.sum_balancedness, 4).c_str(),
-              fixed(after.sum_balancedness, 4).c_str());
-  std::printf("policy time: %s (%d thread%s)\n", format_seconds(policy_seconds).c_str(), args.threads,
-              args.threads == 1 ? "" : "s");
-  if (with_current) {
-    std::printf("moved vs --current: %lld of %lld slots rewritten (%s%%): %lld local copies, %lld intra-node "
-                "reads, %lld inter-node reads\n",
-                static_cast<long long>(moved.slots_changed), static_cast<long long>(total_slots),
-                fixed(100.0 * double(moved.slots_changed) / double(total_slots), 1).c_str(),
-                static_cast<long long>(moved.plan.slots_local_copy),
-                static_cast<long long>(moved.plan.slots_read_intra_node),
-                static_cast<long long>(moved.plan.slots_read_inter_node));
-    std::printf("bytes (%s per expert): %s over the network (%s intra-node, %s inter-node), %s copied locally\n",
-                format_bytes(args.bytes_per_expert).c_str(),
-                format_bytes(moved.bytes_intra_node + moved.bytes_inter_node).c_str(),
-                format_bytes(moved.bytes_intra_node).c_str(), format_bytes(moved.bytes_inter_node).c_str(),
-                format_bytes(moved.bytes_local).c_str());
-  }
-  if (!args.out_path.empty()) std::printf("wrote %s\n", args.out_path.c_str());
+  if (args.format == "json") print_json(args, r);
+  else print_table(args, r);
   return Status::ok();
+}
+
+// The knobs of the policies themselves (PolicyOptions).
+void add_policy_options(CLI::App& command, PolicyOptions& options) {
+  command
+      .add_option("--budget", options.budget,
+                  "incremental: slots rewritten per layer; < 1 a fraction of R, >= 1 a count")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command.add_flag(
+      "--anti-affinity", options.anti_affinity,
+      "Never two replicas of one expert on one rank (an error when impossible; deepseek: post-processing)");
+  command
+      .add_option("--min-gain", options.min_gain,
+                  "Hysteresis: keep a layer's current placement if its balancedness would gain less")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command
+      .add_option("--move-threshold", options.move_threshold,
+                  "incremental: stop when the best move improves the max rank load by <= this (relative)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 void add_rebalance(CLI::App& app) {
@@ -245,23 +290,9 @@ void add_rebalance(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   command->add_option("--bytes-per-expert", args->bytes_per_expert,
-                      "Bytes of one expert's weights, for the bytes moved with --current; default\n"
-                      "44040192 (42 MiB: a DeepSeek-V3 routed expert in FP8, 3 x 7168 x 2048)")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--budget", args->options.budget,
-                      "incremental: slots rewritten per layer; < 1 a fraction of R, >= 1 a count")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_flag("--anti-affinity", args->options.anti_affinity,
-                    "Never two replicas of one expert on one rank (an error when impossible; deepseek: post-processing)");
-  command->add_option("--min-gain", args->options.min_gain,
-                      "Hysteresis: keep a layer's current placement if its balancedness would gain less")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  command->add_option("--move-threshold", args->options.move_threshold,
-                      "incremental: stop when the best move improves the max rank load by <= this (relative)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+                      "Bytes of one expert's weights, for the bytes moved with --current (a byte size: 44040192,\n"
+                      "42MiB, 1.5G); default 42MiB, a DeepSeek-V3 routed expert in FP8, 3 x 7168 x 2048");
+  add_policy_options(*command, args->options);
   command->callback([args] { set_command_result(run_rebalance(*args)); });
 }
 

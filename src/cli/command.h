@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "eplb/bootstrap.h"
 #include "eplb/status.h"
 
 namespace eplb::cli {
@@ -23,9 +24,17 @@ struct CommandRegistrar {
 // Records the outcome of the subcommand that ran.
 void set_command_result(Status status);
 
-// Exit code for a status: 0 ok, 2 invalid argument, 3 bad input file,
-// 4 timeout, 5 peer lost, 1 anything else.
+// Exit codes: 0 ok, 2 invalid argument, 3 bad input file, 4 timeout,
+// 5 peer lost, 1 anything else.
+inline constexpr int kExitTimeout = 4;
+inline constexpr int kExitPeerLost = 5;
 int exit_code_for(const Status& status);
+// The inverse, for a rank process that exited with `exit_code` (or was
+// killed by a signal: the peer is lost).
+Code code_for_exit(int exit_code, bool signalled);
+// A launch's outcome as this command's Status: a failed rank's exit code is
+// mapped back to its code, so the launcher exits as the failing rank did.
+Status launch_status(const LaunchResult& launched);
 
 }  // namespace eplb::cli
 

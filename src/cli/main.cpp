@@ -34,10 +34,27 @@ int exit_code_for(const Status& status) {
     case Code::IoError:
     case Code::ParseError:
     case Code::Unsupported: return 3;
-    case Code::Timeout: return 4;
-    case Code::RemoteDisconnect: return 5;
+    case Code::Timeout: return kExitTimeout;
+    case Code::RemoteDisconnect: return kExitPeerLost;
     default: return 1;
   }
+}
+
+Code code_for_exit(int exit_code, bool signalled) {
+  if (signalled) return Code::RemoteDisconnect;
+  switch (exit_code) {
+    case 2: return Code::InvalidArgument;
+    case 3: return Code::ParseError;
+    case kExitTimeout: return Code::Timeout;
+    case kExitPeerLost: return Code::RemoteDisconnect;
+    default: return Code::Aborted;
+  }
+}
+
+Status launch_status(const LaunchResult& launched) {
+  if (launched.status.is_ok() || launched.failed_rank < 0) return launched.status;
+  const int exit_code = launched.exit_codes[size_t(launched.failed_rank)];
+  return Status(code_for_exit(exit_code, launched.failed_rank_signalled), launched.status.message());
 }
 
 }  // namespace eplb::cli

@@ -6,6 +6,9 @@
 // xfer::Agent; every wait on a socket has a deadline.
 #pragma once
 
+#include <fmt/format.h>
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -41,14 +44,13 @@ struct BenchOptions {
 };
 
 // --- control socket (xfer_bench_wire.cpp) --------------------------------------
-// Message: [u8 type][u64 length][payload], payload <= 16 MiB.
+// Message: [u8 type][u64 length, little-endian][payload], payload <= 16 MiB.
 
 bool send_message(int fd, char type, const std::vector<uint8_t>& payload);
 bool receive_message(int fd, char* type, std::vector<uint8_t>* payload);
 // Bounds every blocking read and write on `fd` to `seconds` (then they fail).
 void set_io_timeout(int fd, double seconds);
-void put_u64(std::vector<uint8_t>& out, uint64_t value);
-uint64_t get_u64(const std::vector<uint8_t>& in, size_t offset);  // 0 past the end
+// Message fields are little-endian (common/bytes.h).
 // Connects to HOST:PORT.
 Result<int> connect_to(const std::string& peer);
 // Waits up to `timeout_seconds` for one connection on `port`.
@@ -58,12 +60,12 @@ Result<int> accept_one(int port, double timeout_seconds);
 
 uint8_t pattern_byte(uint64_t i);
 void fill_pattern(uint8_t* data, size_t length, uint64_t salt);
-uint64_t fnv1a(const uint8_t* data, size_t length);
 
 // --- setup and the target (xfer_bench_target.cpp) -----------------------------
 
-// shm, tcp or env -> UCX_TLS / UCX_NET_DEVICES.
-Status apply_transport(const std::string& transport);
+// shm, tcp or env (UCX's own choice / the environment) -> the agent's
+// transports and devices (a UCX_TLS or UCX_NET_DEVICES in the environment wins).
+Status check_transport(const std::string& transport);
 Result<std::unique_ptr<xfer::Agent>> make_agent(const BenchOptions& options, const std::string& name);
 
 // A registered buffer: allocated by the backend (--memory ucx) or on the heap
@@ -81,7 +83,38 @@ Status check_cpu(int cpu, const char* what);
 Status pin_to_cpu(int cpu, const char* what);
 
 // Serves one initiator on `fd` until 'Q' or EOF: sends [u64 buffer address]
-// [u64 buffer bytes][metadata], then answers 'H' (hash a range).
+// [u64 buffer bytes][metadata], then answers 'H' (the XXH3 of a range).
 Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes);
+
+// --- the initiator's rows (xfer_bench_row.cpp) ------------------------------------
+
+// The target as the initiator sees it.
+struct Target {
+  int fd = -1;
+  pid_t pid = -1;  // forked child, if any
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  std::string name;
+};
+
+// One block size's measurement.
+struct Row {
+  uint64_t block = 0;
+  int batch = 0;
+  int iterations = 0;
+  double gigabytes_per_second = 0;
+  double average_latency_us = 0;
+  double median_latency_us = 0;  // p50 of prepare + post + completion
+  double prepare_us = 0, prepare_p99_us = 0;
+  double post_us = 0, post_p99_us = 0;
+  double completion_us = 0, completion_p99_us = 0;
+  std::string check = "-";
+  double memcpy_gigabytes_per_second = 0;  // reference: local memcpy of the same bytes
+};
+
+// "4K", "1M", "64M", "1G", "1000".
+std::string size_label(uint64_t bytes);
+Result<Row> run_row(const BenchOptions& options, xfer::Agent& agent, Target& target, xfer::Operation op,
+                    uint64_t block, uint8_t* local);
 
 }  // namespace eplb::cli::xfer_bench

@@ -1,14 +1,15 @@
 // xfer_bench_target.cpp - setup shared by both sides of `eplb xfer-bench`
 // (transport, agent, buffers, CPU pinning) and the target's serve loop (see
 // xfer_bench.h).
+#include <fmt/format.h>
 #include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
+#include "common/bytes.h"
 #include "xfer_bench.h"
 
 namespace eplb::cli::xfer_bench {
@@ -18,23 +19,20 @@ using xfer::AgentConfig;
 
 // --- transport ---------------------------------------------------------------
 
-Status apply_transport(const std::string& transport) {
-  if (transport == "shm") {
-    setenv("UCX_TLS", "posix,sysv,cma,self", 1);
-    unsetenv("UCX_NET_DEVICES");
-  } else if (transport == "tcp") {
-    setenv("UCX_TLS", "tcp,self", 1);
-    if (std::getenv("UCX_NET_DEVICES") == nullptr) setenv("UCX_NET_DEVICES", "lo", 1);
-  } else if (transport != "env") {
-    return error(Code::InvalidArgument, "--transport must be shm, tcp or env, got '" + transport + "'");
-  }
-  return Status::ok();
+Status check_transport(const std::string& transport) {
+  if (transport == "shm" || transport == "tcp" || transport == "env") return Status::ok();
+  return error(Code::InvalidArgument, "--transport must be shm, tcp or env, got '" + transport + "'");
 }
 
 Result<std::unique_ptr<Agent>> make_agent(const BenchOptions& options, const std::string& name) {
   AgentConfig config;
   config.name = name;
   config.backend = options.backend;
+  if (options.transport == "shm") config.transports = "posix,sysv,cma,self";
+  if (options.transport == "tcp") {
+    config.transports = "tcp,self";
+    config.net_devices = "lo";
+  }
   return Agent::create(config);
 }
 
@@ -59,9 +57,9 @@ Result<Buffer> make_buffer(const BenchOptions& options, Agent& agent, size_t byt
 Status check_cpu(int cpu, const char* what) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
   if (cpu < -1 || cpu >= CPU_SETSIZE || (cpus > 0 && cpu >= cpus)) {
-    return error(Code::InvalidArgument, std::string(what) + " " + std::to_string(cpu) +
-                                            " does not exist (this machine has " + std::to_string(cpus) +
-                                            " CPUs, numbered from 0; -1: no pinning)");
+    return error(Code::InvalidArgument,
+                 fmt::format("{} {} does not exist (this machine has {} CPUs, numbered from 0; -1: no pinning)",
+                             std::string(what), cpu, cpus));
   }
   return Status::ok();
 }
@@ -74,8 +72,7 @@ Status pin_to_cpu(int cpu, const char* what) {
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return error(Code::InvalidArgument,
-                 std::string("cannot pin to ") + what + " " + std::to_string(cpu) + ": " + std::strerror(errno));
+    return error(Code::InvalidArgument, fmt::format("cannot pin to {} {}: {}", what, cpu, std::strerror(errno)));
   }
   return Status::ok();
 }
@@ -109,11 +106,12 @@ void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_
     std::vector<uint8_t> payload;
     if (!receive_message(fd, &type, &payload) || type == 'Q') return;
     if (type == 'H') {
-      const uint64_t offset = get_u64(payload, 0), length = get_u64(payload, 8);
-      std::vector<uint8_t> reply;
-      put_u64(reply, offset <= buffer.size && length <= buffer.size - offset ? fnv1a(buffer.data + offset, length)
-                                                                             : 0);
-      if (!send_message(fd, 'h', reply)) return;
+      bytes::Reader range(payload);
+      const uint64_t offset = range.u64(), length = range.u64();
+      const bool inside = range.ok() && offset <= buffer.size && length <= buffer.size - offset;
+      bytes::Writer reply;
+      reply.u64(inside ? bytes::checksum(std::span<const uint8_t>(buffer.data + offset, length)) : 0);
+      if (!send_message(fd, 'h', reply.take_vector())) return;
     }
   }
 }
@@ -128,11 +126,11 @@ Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
   EPLB_ASSIGN_OR_RETURN(Buffer buffer, make_buffer(options, *agent, buffer_bytes));
   fill_pattern(buffer.data, buffer.size, 0);
   EPLB_ASSIGN_OR_RETURN(auto metadata, agent->export_metadata());
-  std::vector<uint8_t> hello;
-  put_u64(hello, reinterpret_cast<uint64_t>(buffer.data));
-  put_u64(hello, buffer.size);
-  hello.insert(hello.end(), metadata.begin(), metadata.end());
-  if (!send_message(fd, 'M', hello)) return error(Code::IoError, "xfer-bench target: cannot send metadata");
+  bytes::Writer hello;
+  hello.u64(reinterpret_cast<uint64_t>(buffer.data));
+  hello.u64(buffer.size);
+  hello.raw(std::span<const uint8_t>(metadata));
+  if (!send_message(fd, 'M', hello.take_vector())) return error(Code::IoError, "xfer-bench target: cannot send metadata");
   const bool busy = options.target_spin || options.transport != "shm" || options.memory != "ucx";
   serve_loop(*agent, fd, buffer, busy, options.target_poll_ms);
   agent.reset();  // deregisters before a heap buffer is freed

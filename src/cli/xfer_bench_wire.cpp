@@ -1,5 +1,6 @@
 // xfer_bench_wire.cpp - the control socket of `eplb xfer-bench` between the
 // initiator and the target, and the --check content (see xfer_bench.h).
+#include <fmt/format.h>
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/bytes.h"
 #include "xfer_bench.h"
 
 namespace eplb::cli::xfer_bench {
@@ -58,25 +60,20 @@ void set_io_timeout(int fd, double seconds) {
 }
 
 bool send_message(int fd, char type, const std::vector<uint8_t>& payload) {
-  const uint64_t length = payload.size();
-  return write_all(fd, &type, 1) && write_all(fd, &length, 8) && write_all(fd, payload.data(), payload.size());
+  uint8_t header[9];
+  header[0] = static_cast<uint8_t>(type);
+  bytes::store<uint64_t>(header + 1, payload.size());
+  return write_all(fd, header, sizeof header) && write_all(fd, payload.data(), payload.size());
 }
 
 bool receive_message(int fd, char* type, std::vector<uint8_t>* payload) {
-  uint64_t length = 0;
-  if (!read_all(fd, type, 1) || !read_all(fd, &length, 8) || length > kMaxMessageBytes) return false;
+  uint8_t header[9];
+  if (!read_all(fd, header, sizeof header)) return false;
+  const uint64_t length = bytes::load<uint64_t>(header + 1);
+  if (length > kMaxMessageBytes) return false;
+  *type = static_cast<char>(header[0]);
   payload->resize(length);
   return read_all(fd, payload->data(), length);
-}
-
-void put_u64(std::vector<uint8_t>& out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
-
-uint64_t get_u64(const std::vector<uint8_t>& in, size_t offset) {
-  uint64_t value = 0;
-  for (int i = 0; i < 8 && offset + i < in.size(); ++i) value |= static_cast<uint64_t>(in[offset + i]) << (8 * i);
-  return value;
 }
 
 uint8_t pattern_byte(uint64_t i) {
@@ -86,12 +83,6 @@ uint8_t pattern_byte(uint64_t i) {
 
 void fill_pattern(uint8_t* data, size_t length, uint64_t salt) {
   for (size_t i = 0; i < length; ++i) data[i] = pattern_byte(i + salt);
-}
-
-uint64_t fnv1a(const uint8_t* data, size_t length) {
-  uint64_t hash = 1469598103934665603ull;
-  for (size_t i = 0; i < length; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
-  return hash;
 }
 
 Result<int> connect_to(const std::string& peer) {
@@ -129,7 +120,7 @@ Result<int> accept_one(int port, double timeout_seconds) {
   address.sin_addr.s_addr = htonl(INADDR_ANY);
   if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 1) != 0) {
     ::close(listener);
-    return error(Code::IoError, "--listen: cannot listen on port " + std::to_string(port));
+    return error(Code::IoError, fmt::format("--listen: cannot listen on port {}", port));
   }
   std::fprintf(stderr, "xfer-bench: target listening on port %d (for %s)\n", port,
                format_seconds(timeout_seconds).c_str());
@@ -144,8 +135,8 @@ Result<int> accept_one(int port, double timeout_seconds) {
     }
     if (deadline.expired()) {
       ::close(listener);
-      return error(Code::Timeout, "--listen: no --peer connected to port " + std::to_string(port) + " within " +
-                                      format_seconds(timeout_seconds) + " (--listen-timeout)");
+      return error(Code::Timeout, fmt::format("--listen: no --peer connected to port {} within {} (--listen-timeout)",
+                                              port, format_seconds(timeout_seconds)));
     }
   }
   const int fd = ::accept(listener, nullptr, nullptr);

@@ -1,8 +1,9 @@
 #include "eplb/common.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <thread>
 #include <vector>
 
@@ -22,23 +23,15 @@ std::string format_bytes(uint64_t bytes) {
     value /= 1024.0;
     ++unit;
   }
-  char text[32];
   if (unit == 0 || value == static_cast<double>(static_cast<uint64_t>(value)))
-    std::snprintf(text, sizeof text, "%llu %s", static_cast<unsigned long long>(value), units[unit]);
-  else
-    std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
-  return text;
+    return fmt::format("{} {}", static_cast<uint64_t>(value), units[unit]);
+  return fmt::format("{:.1f} {}", value, units[unit]);
 }
 
 std::string format_seconds(double seconds) {
-  char text[32];
-  if (seconds >= 1.0)
-    std::snprintf(text, sizeof text, "%.1f s", seconds);
-  else if (seconds >= 1e-3)
-    std::snprintf(text, sizeof text, "%.0f ms", seconds * 1e3);
-  else
-    std::snprintf(text, sizeof text, "%.0f us", seconds * 1e6);
-  return text;
+  if (seconds >= 1.0) return fmt::format("{:.1f} s", seconds);
+  if (seconds >= 1e-3) return fmt::format("{:.0f} ms", seconds * 1e3);
+  return fmt::format("{:.0f} us", seconds * 1e6);
 }
 
 void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) {

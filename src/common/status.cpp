@@ -1,5 +1,8 @@
 #include "eplb/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace eplb {
 
 std::string_view code_name(Code code) {
@@ -35,6 +38,12 @@ std::string Status::to_string() const {
   std::string text(code_name(code_));
   text.append(": ").append(message_);
   return text;
+}
+
+void fail_on_missing_value(const Status& status) {
+  std::fprintf(stderr, "eplb: Result::value() on an error: %s\n", status.to_string().c_str());
+  std::fflush(stderr);
+  std::abort();
 }
 
 }  // namespace eplb

@@ -1,5 +1,6 @@
 #include "eplb/evaluate.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -76,16 +77,15 @@ Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology&
                                          const EvaluateOptions& options) {
   EPLB_TRY(topology.validate());
   if (trace.num_layers != topology.num_layers || trace.num_experts != topology.num_experts)
-    return error(Code::Mismatch, "trace is [" + std::to_string(trace.num_steps) + "][" +
-                                     std::to_string(trace.num_layers) + "][" + std::to_string(trace.num_experts) +
-                                     "] but the topology is " + topology.to_string());
+    return error(Code::Mismatch, fmt::format("trace is [{}][{}][{}] but the topology is {}", trace.num_steps,
+                                             trace.num_layers, trace.num_experts, topology.to_string()));
   if (trace.values.size() != size_t(trace.num_steps) * trace.num_layers * trace.num_experts)
     return error(Code::InvalidArgument, "trace values do not match its shape");
   if (options.window <= 0) return error(Code::InvalidArgument, "window must be > 0 steps");
   if (options.history <= 0) return error(Code::InvalidArgument, "history must be >= 1 window");
   if (trace.num_steps < 2 * options.window)
-    return error(Code::InvalidArgument, "trace has " + std::to_string(trace.num_steps) +
-                                            " steps: fewer than two windows of " + std::to_string(options.window));
+    return error(Code::InvalidArgument,
+                 fmt::format("trace has {} steps: fewer than two windows of {}", trace.num_steps, options.window));
   EPLB_ASSIGN_OR_RETURN(auto planner, make_policy(policy));
   PolicyEvaluation result;
   result.policy = policy;
@@ -103,8 +103,7 @@ Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology&
     auto placed = planner->place(estimate, topology, current, options.policy);
     const double cpu_seconds = double(std::clock() - cpu_start) / CLOCKS_PER_SEC;
     double seconds = timer.seconds();
-    if (!placed)
-      return placed.status().with_context("policy " + policy + " at step " + std::to_string(boundary));
+    if (!placed) return placed.status().with_context(fmt::format("policy {} at step {}", policy, boundary));
     WindowResult row;
     row.boundary = boundary;
     row.seconds = seconds;
@@ -117,10 +116,8 @@ Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology&
     result.windows.push_back(row);
     current = std::move(placed).value();
     if (options.progress && (since_progress.seconds() > 1.0 || index + 1 == rebalances)) {
-      char line[160];
-      std::snprintf(line, sizeof line, "%s: rebalance %d/%d (step %d), next-window balancedness %.4f", policy.c_str(),
-                    index + 1, rebalances, boundary, row.next_window);
-      options.progress(line);
+      options.progress(fmt::format("{}: rebalance {}/{} (step {}), next-window balancedness {:.4f}", policy,
+                                   index + 1, rebalances, boundary, row.next_window));
       since_progress.reset();
     }
   }

@@ -1,6 +1,6 @@
-// layout.cpp - StoreLayout (tensors per layer), its wire encoding, the
-// default tensor split, --tensors / byte-size parsing, and the cross-rank
-// layout comparison.
+// layout.cpp - StoreLayout (tensors per layer), its wire encoding and the
+// cross-rank layout comparison.
+#include <fmt/format.h>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -8,8 +8,8 @@
 #include <set>
 #include <string>
 
+#include "common/bytes.h"
 #include "eplb/migrate.h"
-#include "wire.h"
 
 namespace eplb {
 namespace {
@@ -20,7 +20,6 @@ constexpr uint32_t kMaxTensors = 256;
 constexpr uint64_t kMaxName = 128;
 constexpr uint32_t kMaxSlotsPerRank = 1u << 20;
 
-uint64_t round_down(uint64_t value, uint64_t multiple) { return value / multiple * multiple; }
 }  // namespace
 
 StoreLayout StoreLayout::uniform(int num_layers, int slots_per_rank, const std::vector<TensorSpec>& tensors) {
@@ -52,38 +51,36 @@ uint64_t StoreLayout::max_layer_bytes() const {
 
 Status StoreLayout::validate() const {
   if (slots_per_rank <= 0 || uint32_t(slots_per_rank) > kMaxSlotsPerRank)
-    return error(Code::InvalidArgument, "expert store layout: slots per rank must be in [1, " +
-                                            std::to_string(kMaxSlotsPerRank) + "], got " +
-                                            std::to_string(slots_per_rank));
+    return error(Code::InvalidArgument, fmt::format("expert store layout: slots per rank must be in [1, {}], got {}",
+                                                    kMaxSlotsPerRank, slots_per_rank));
   if (layers.empty() || layers.size() > kMaxLayers)
-    return error(Code::InvalidArgument, "expert store layout: needs 1.." + std::to_string(kMaxLayers) +
-                                            " layers, got " + std::to_string(layers.size()));
+    return error(Code::InvalidArgument,
+                 fmt::format("expert store layout: needs 1..{} layers, got {}", kMaxLayers, layers.size()));
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto& tensors = layers[l];
     if (tensors.empty() || tensors.size() > kMaxTensors)
-      return error(Code::InvalidArgument, "expert store layout: layer " + std::to_string(l) + " has " +
-                                              std::to_string(tensors.size()) + " tensors (need 1.." +
-                                              std::to_string(kMaxTensors) + ")");
+      return error(Code::InvalidArgument, fmt::format("expert store layout: layer {} has {} tensors (need 1..{})", l,
+                                                      tensors.size(), kMaxTensors));
     std::set<std::string> names;
     for (const auto& tensor : tensors) {
       if (tensor.name.empty() || tensor.name.size() > kMaxName)
-        return error(Code::InvalidArgument, "expert store layout: layer " + std::to_string(l) +
-                                                ": tensor names must be 1.." + std::to_string(kMaxName) +
-                                                " characters");
+        return error(Code::InvalidArgument,
+                     fmt::format("expert store layout: layer {}: tensor names must be 1..{} characters", l, kMaxName));
       if (!names.insert(tensor.name).second)
-        return error(Code::InvalidArgument, "expert store layout: layer " + std::to_string(l) +
-                                                " names tensor '" + tensor.name + "' twice");
+        return error(Code::InvalidArgument,
+                     fmt::format("expert store layout: layer {} names tensor '{}' twice", l, tensor.name));
       if (tensor.bytes_per_expert == 0 || tensor.bytes_per_expert > (uint64_t(1) << 40))
-        return error(Code::InvalidArgument, "expert store layout: layer " + std::to_string(l) + " tensor '" +
-                                                tensor.name + "' has " + std::to_string(tensor.bytes_per_expert) +
-                                                " bytes per expert (need 1 B .. 1 TiB)");
+        return error(
+            Code::InvalidArgument,
+            fmt::format("expert store layout: layer {} tensor '{}' has {} bytes per expert (need 1 B .. 1 TiB)", l,
+                        tensor.name, tensor.bytes_per_expert));
     }
   }
   return Status::ok();
 }
 
 std::string StoreLayout::encode() const {
-  migrate_wire::Writer writer;
+  bytes::Writer writer;
   writer.raw(kLayoutMagic);
   writer.u32(kLayoutVersion);
   writer.u32(uint32_t(slots_per_rank));
@@ -91,40 +88,38 @@ std::string StoreLayout::encode() const {
   for (const auto& tensors : layers) {
     writer.u32(uint32_t(tensors.size()));
     for (const auto& tensor : tensors) {
-      writer.bytes(tensor.name);
+      writer.blob(tensor.name);
       writer.u64(tensor.bytes_per_expert);
     }
   }
   return writer.take();
 }
 
-Result<StoreLayout> StoreLayout::decode(std::string_view bytes) {
-  migrate_wire::Reader reader(bytes);
+Result<StoreLayout> StoreLayout::decode(std::string_view message) {
+  bytes::Reader reader(message);
   auto bad = [&](const std::string& what) {
-    return error(Code::Mismatch, "expert store layout message (" + std::to_string(bytes.size()) +
-                                     " bytes) is malformed at byte " + std::to_string(reader.position()) + ": " +
-                                     what);
+    return error(Code::Mismatch, fmt::format("expert store layout message ({} bytes) is malformed at byte {}: {}",
+                                             message.size(), reader.position(), what));
   };
-  if (!reader.raw(kLayoutMagic)) return bad("bad magic");
+  if (!reader.expect(kLayoutMagic)) return bad("bad magic");
   uint32_t version = reader.u32();
   if (!reader.ok()) return bad("truncated");
-  if (version != kLayoutVersion)
-    return bad("version " + std::to_string(version) + ", expected " + std::to_string(kLayoutVersion));
+  if (version != kLayoutVersion) return bad(fmt::format("version {}, expected {}", version, kLayoutVersion));
   StoreLayout layout;
   uint32_t slots = reader.u32();
   uint32_t num_layers = reader.u32();
   if (!reader.ok()) return bad("truncated");
-  if (slots == 0 || slots > kMaxSlotsPerRank) return bad("slots per rank " + std::to_string(slots));
-  if (num_layers == 0 || num_layers > kMaxLayers) return bad("layer count " + std::to_string(num_layers));
+  if (slots == 0 || slots > kMaxSlotsPerRank) return bad(fmt::format("slots per rank {}", slots));
+  if (num_layers == 0 || num_layers > kMaxLayers) return bad(fmt::format("layer count {}", num_layers));
   layout.slots_per_rank = int(slots);
   layout.layers.resize(num_layers);
   for (auto& tensors : layout.layers) {
     uint32_t count = reader.u32();
     if (!reader.ok()) return bad("truncated");
-    if (count == 0 || count > kMaxTensors) return bad("tensor count " + std::to_string(count));
+    if (count == 0 || count > kMaxTensors) return bad(fmt::format("tensor count {}", count));
     tensors.resize(count);
     for (auto& tensor : tensors) {
-      tensor.name = std::string(reader.bytes(kMaxName));
+      tensor.name = std::string(reader.blob(kMaxName));
       tensor.bytes_per_expert = reader.u64();
       if (!reader.ok()) return bad("truncated tensor entry");
     }
@@ -135,7 +130,7 @@ Result<StoreLayout> StoreLayout::decode(std::string_view bytes) {
 }
 
 std::string StoreLayout::to_string() const {
-  std::string text = std::to_string(layers.size()) + " layers x " + std::to_string(slots_per_rank) + " slots";
+  std::string text = fmt::format("{} layers x {} slots", layers.size(), slots_per_rank);
   if (layers.empty()) return text;
   bool uniform_layers = std::all_of(layers.begin(), layers.end(), [&](const auto& t) { return t == layers[0]; });
   text += uniform_layers ? " x [" : " x (layer 0) [";
@@ -144,116 +139,48 @@ std::string StoreLayout::to_string() const {
   return text + "]";
 }
 
-std::vector<TensorSpec> default_tensors(uint64_t bytes_per_expert) {
-  if (bytes_per_expert < 3072) return {{"weight", bytes_per_expert}};
-  uint64_t scales = std::max<uint64_t>(64, (bytes_per_expert / 256 + 63) / 64 * 64);
-  uint64_t rest = bytes_per_expert - scales;
-  uint64_t down = round_down(rest / 3, 64);
-  uint64_t gate_up = rest - down;
-  return {{"gate_up", gate_up}, {"down", down}, {"scales", scales}};
-}
-
-Result<uint64_t> parse_byte_size(std::string_view text) {
-  std::string value(text);
-  auto bad = [&] {
-    return error(Code::InvalidArgument, "'" + value +
-                                            "' is not a byte size (examples: 4096, 512KiB, 1MiB, 1.5GiB; units B, "
-                                            "K/KiB/KB, M/MiB/MB, G/GiB/GB are all powers of 1024)");
-  };
-  size_t i = 0;
-  while (i < value.size() && (std::isdigit(static_cast<unsigned char>(value[i])) || value[i] == '.')) ++i;
-  if (i == 0) return bad();
-  char* end = nullptr;
-  std::string number = value.substr(0, i);
-  double amount = std::strtod(number.c_str(), &end);
-  if (end != number.c_str() + number.size()) return bad();
-  std::string unit = value.substr(i);
-  std::string lower;
-  for (char c : unit) lower += char(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 0;
-  if (lower.empty() || lower == "b") scale = 1;
-  else if (lower == "k" || lower == "kb" || lower == "kib") scale = 1024.0;
-  else if (lower == "m" || lower == "mb" || lower == "mib") scale = 1024.0 * 1024;
-  else if (lower == "g" || lower == "gb" || lower == "gib") scale = 1024.0 * 1024 * 1024;
-  else return bad();
-  double bytes = amount * scale;
-  if (!std::isfinite(bytes) || bytes < 1 || bytes > double(uint64_t(1) << 40) || bytes != std::floor(bytes))
-    return error(Code::InvalidArgument, "byte size '" + value + "' must be a whole number of bytes in [1 B, 1 TiB]");
-  return uint64_t(bytes);
-}
-
-Result<std::vector<TensorSpec>> parse_tensors(std::string_view spec) {
-  std::vector<TensorSpec> tensors;
-  std::string text(spec);
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(start, comma - start);
-    size_t colon = item.find(':');
-    if (item.empty() || colon == std::string::npos || colon == 0 || colon + 1 == item.size())
-      return error(Code::InvalidArgument, "--tensors: '" + item +
-                                              "' is not name:bytes (example: gate_up:2MiB,down:1MiB,scales:8KiB)");
-    std::string name = item.substr(0, colon);
-    for (char c : name)
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
-        return error(Code::InvalidArgument, "--tensors: tensor name '" + name +
-                                                "' may only hold letters, digits, '_', '-' and '.'");
-    auto bytes = parse_byte_size(item.substr(colon + 1));
-    if (!bytes) return bytes.status().with_context("--tensors: tensor '" + name + "'");
-    for (const auto& tensor : tensors)
-      if (tensor.name == name) return error(Code::InvalidArgument, "--tensors names '" + name + "' twice");
-    tensors.push_back({name, *bytes});
-    start = comma + 1;
-  }
-  if (tensors.empty() || tensors.size() > kMaxTensors)
-    return error(Code::InvalidArgument, "--tensors needs 1.." + std::to_string(kMaxTensors) + " tensors");
-  return tensors;
-}
-
 Status check_layouts_agree(const std::vector<std::string>& encoded_layouts) {
   if (encoded_layouts.empty()) return error(Code::Internal, "layout check with no ranks");
   std::vector<StoreLayout> layouts;
   for (size_t r = 0; r < encoded_layouts.size(); ++r) {
     auto decoded = StoreLayout::decode(encoded_layouts[r]);
-    if (!decoded) return decoded.status().with_context("rank " + std::to_string(r));
+    if (!decoded) return decoded.status().with_context(fmt::format("rank {}", r));
     layouts.push_back(std::move(decoded).value());
   }
   const StoreLayout& reference = layouts[0];
   const std::string hint =
       ". Every rank must hold the same expert layout (same layers, tensors and bytes per expert); "
-      "start all ranks with the same --layers/--tensors/--bytes-per-expert (an engine must hand in "
+      "start all ranks with the same layers, tensors and bytes per expert (an engine must hand in "
       "buffers of the same shape on every rank).";
   for (size_t r = 1; r < layouts.size(); ++r) {
     const StoreLayout& other = layouts[r];
-    std::string rank = "rank " + std::to_string(r);
+    std::string rank = fmt::format("rank {}", r);
     if (other.slots_per_rank != reference.slots_per_rank)
-      return error(Code::Mismatch, "expert store layout mismatch: " + rank + " has " +
-                                       std::to_string(other.slots_per_rank) + " slots per rank, rank 0 has " +
-                                       std::to_string(reference.slots_per_rank) + hint);
+      return error(Code::Mismatch,
+                   fmt::format("expert store layout mismatch: {} has {} slots per rank, rank 0 has {}{}", rank,
+                               other.slots_per_rank, reference.slots_per_rank, hint));
     if (other.num_layers() != reference.num_layers())
-      return error(Code::Mismatch, "expert store layout mismatch: " + rank + " has " +
-                                       std::to_string(other.num_layers()) + " layers, rank 0 has " +
-                                       std::to_string(reference.num_layers()) + hint);
+      return error(Code::Mismatch, fmt::format("expert store layout mismatch: {} has {} layers, rank 0 has {}{}", rank,
+                                               other.num_layers(), reference.num_layers(), hint));
     for (int l = 0; l < reference.num_layers(); ++l) {
       const auto& mine = reference.layers[l];
       const auto& theirs = other.layers[l];
-      std::string where = "layer " + std::to_string(l);
+      std::string where = fmt::format("layer {}", l);
       if (mine.size() != theirs.size())
-        return error(Code::Mismatch, "expert store layout mismatch: " + rank + " has " +
-                                         std::to_string(theirs.size()) + " tensors in " + where + ", rank 0 has " +
-                                         std::to_string(mine.size()) + hint);
+        return error(Code::Mismatch,
+                     fmt::format("expert store layout mismatch: {} has {} tensors in {}, rank 0 has {}{}", rank,
+                                 theirs.size(), where, mine.size(), hint));
       for (size_t t = 0; t < mine.size(); ++t) {
         if (mine[t].name != theirs[t].name)
-          return error(Code::Mismatch, "expert store layout mismatch: " + rank + " names " + where + " tensor " +
-                                           std::to_string(t) + " '" + theirs[t].name + "', rank 0 names it '" +
-                                           mine[t].name + "'" + hint);
-        if (mine[t].bytes_per_expert != theirs[t].bytes_per_expert)
           return error(Code::Mismatch,
-                       "nbytes_per_expert mismatch: " + rank + " has " + where + " tensor '" + theirs[t].name +
-                           "' of " + std::to_string(theirs[t].bytes_per_expert) + " B per expert, rank 0 has " +
-                           std::to_string(mine[t].bytes_per_expert) +
-                           " B; a READ of this expert's rows would copy the wrong number of bytes" + hint);
+                       fmt::format("expert store layout mismatch: {} names {} tensor {} '{}', rank 0 names it '{}'{}",
+                                   rank, where, t, theirs[t].name, mine[t].name, hint));
+        if (mine[t].bytes_per_expert != theirs[t].bytes_per_expert)
+          return error(
+              Code::Mismatch,
+              fmt::format("nbytes_per_expert mismatch: {} has {} tensor '{}' of {} B per expert, rank 0 has {} B; a "
+                          "READ of this expert's rows would copy the wrong number of bytes{}",
+                          rank, where, theirs[t].name, theirs[t].bytes_per_expert, mine[t].bytes_per_expert, hint));
       }
     }
   }

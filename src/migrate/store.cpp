@@ -1,6 +1,6 @@
 // store.cpp - ExpertStore: this rank's live expert rows (an owned arena or
-// engine buffers), the staging area, checksums, simulated fill and
-// byte-for-byte verification.
+// engine buffers), the staging area and the rows' checksums.
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <xxhash.h>
 
@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "eplb/migrate.h"
-#include "eplb/sim.h"
 
 namespace eplb {
 namespace {
@@ -47,9 +46,9 @@ ExpertStore::~ExpertStore() {
 
 static Status check_first_slot(const StoreLayout& layout, int first_slot) {
   if (first_slot < 0 || first_slot % layout.slots_per_rank != 0)
-    return error(Code::InvalidArgument, "expert store: first slot " + std::to_string(first_slot) +
-                                            " is not a multiple of the slots per rank (" +
-                                            std::to_string(layout.slots_per_rank) + ")");
+    return error(Code::InvalidArgument,
+                 fmt::format("expert store: first slot {} is not a multiple of the slots per rank ({})", first_slot,
+                             layout.slots_per_rank));
   return Status::ok();
 }
 
@@ -96,22 +95,21 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::adopt(const StoreLayout& layou
   EPLB_TRY(layout.validate());
   EPLB_TRY(check_first_slot(layout, first_slot));
   if (memory.size() != layout.layers.size())
-    return error(Code::InvalidArgument, "expert store: engine memory lists " + std::to_string(memory.size()) +
-                                            " layers, the layout has " + std::to_string(layout.layers.size()));
+    return error(Code::InvalidArgument, fmt::format("expert store: engine memory lists {} layers, the layout has {}",
+                                                    memory.size(), layout.layers.size()));
   for (size_t l = 0; l < memory.size(); ++l) {
     if (memory[l].size() != layout.layers[l].size())
-      return error(Code::InvalidArgument, "expert store: engine memory of layer " + std::to_string(l) + " lists " +
-                                              std::to_string(memory[l].size()) + " tensors, the layout has " +
-                                              std::to_string(layout.layers[l].size()));
+      return error(Code::InvalidArgument,
+                   fmt::format("expert store: engine memory of layer {} lists {} tensors, the layout has {}", l,
+                               memory[l].size(), layout.layers[l].size()));
     for (size_t t = 0; t < memory[l].size(); ++t) {
       auto& buffer = memory[l][t];
       const auto& tensor = layout.layers[l][t];
       if (buffer.row_stride == 0) buffer.row_stride = tensor.bytes_per_expert;
       if (buffer.address == nullptr || buffer.row_stride < tensor.bytes_per_expert)
-        return error(Code::InvalidArgument, "expert store: engine memory of layer " + std::to_string(l) +
-                                                " tensor '" + tensor.name + "' is null or its row stride (" +
-                                                std::to_string(buffer.row_stride) + " B) is below its " +
-                                                std::to_string(tensor.bytes_per_expert) + " B per expert");
+        return error(Code::InvalidArgument, fmt::format("expert store: engine memory of layer {} tensor '{}' is null "
+                                                        "or its row stride ({} B) is below its {} B per expert",
+                                                        l, tensor.name, buffer.row_stride, tensor.bytes_per_expert));
     }
   }
   std::unique_ptr<ExpertStore> store(new ExpertStore());
@@ -176,6 +174,10 @@ void ExpertStore::forget_checksums() {
   for (int l = 0; l < layout_.num_layers(); ++l) reset_checksums(l);
 }
 
+void ExpertStore::forget_checksums(int layer) {
+  if (layer >= 0 && layer < layout_.num_layers()) reset_checksums(layer);
+}
+
 std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
   std::vector<xfer::MemoryRegion> regions;
   if (arena_) {
@@ -190,61 +192,6 @@ std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
   }
   regions.push_back({staging_, staging_bytes_, xfer::MemoryKind::Host, 0});
   return regions;
-}
-
-void ExpertStore::fill_simulated(const Placement& placement, int layer) {
-  reset_checksums(layer);
-  for (int s = 0; s < slots_per_rank(); ++s) {
-    int expert = placement.phy2log(layer, first_slot_ + s);
-    for (size_t t = 0; t < layout_.layers[layer].size(); ++t) {
-      std::span<uint8_t> out(row(layer, s, int(t)), row_bytes(layer, int(t)));
-      if (expert < 0)
-        std::memset(out.data(), 0, out.size());
-      else
-        fill_expert_bytes(layer, expert, int(t), 0, out);
-    }
-  }
-}
-
-void ExpertStore::fill_simulated(const Placement& placement) {
-  for (int l = 0; l < layout_.num_layers(); ++l) fill_simulated(placement, l);
-}
-
-Status ExpertStore::verify_simulated(const Placement& placement) const {
-  if (placement.num_layers() != layout_.num_layers() ||
-      placement.num_slots() < first_slot_ + slots_per_rank())
-    return error(Code::InvalidArgument, "verify: the placement (" + std::to_string(placement.num_layers()) +
-                                            " layers, " + std::to_string(placement.num_slots()) +
-                                            " slots) does not cover this store (" + layout_.to_string() +
-                                            ", first slot " + std::to_string(first_slot_) + ")");
-  constexpr uint64_t kChunk = 256 * 1024;
-  std::vector<uint8_t> expected(kChunk);
-  for (int l = 0; l < layout_.num_layers(); ++l)
-    for (int s = 0; s < slots_per_rank(); ++s) {
-      int expert = placement.phy2log(l, first_slot_ + s);
-      for (size_t t = 0; t < layout_.layers[l].size(); ++t) {
-        const uint8_t* live = row(l, s, int(t));
-        uint64_t bytes = row_bytes(l, int(t));
-        for (uint64_t offset = 0; offset < bytes; offset += kChunk) {
-          uint64_t length = std::min(kChunk, bytes - offset);
-          std::span<uint8_t> want(expected.data(), length);
-          if (expert < 0)
-            std::memset(want.data(), 0, length);
-          else
-            fill_expert_bytes(l, expert, int(t), offset, want);
-          if (std::memcmp(live + offset, want.data(), length) != 0) {
-            uint64_t first = offset;
-            while (live[first] == want[first - offset]) ++first;
-            return error(Code::Mismatch,
-                         "verify: layer " + std::to_string(l) + " slot " + std::to_string(first_slot_ + s) +
-                             " should hold expert " + std::to_string(expert) + " but tensor '" +
-                             layout_.layers[l][t].name + "' differs at byte " + std::to_string(first) + " of " +
-                             std::to_string(bytes));
-          }
-        }
-      }
-    }
-  return Status::ok();
 }
 
 }  // namespace eplb

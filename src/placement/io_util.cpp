@@ -1,5 +1,6 @@
 // Shared helpers for the file readers and writers: whole-file I/O, number
 // formatting and the value checks every load format applies.
+#include <fmt/format.h>
 #include "io_util.h"
 
 #include <cerrno>
@@ -31,8 +32,7 @@ Result<std::vector<uint8_t>> read_file(const std::string& path) {
       if (errno == EINTR) continue;
       int saved = errno;
       ::close(fd);
-      return file_error(Code::IoError, path,
-                        "cannot read at byte " + std::to_string(used) + ": " + std::strerror(saved));
+      return file_error(Code::IoError, path, fmt::format("cannot read at byte {}: {}", used, std::strerror(saved)));
     }
     if (got == 0) break;
     used += size_t(got);
@@ -43,7 +43,7 @@ Result<std::vector<uint8_t>> read_file(const std::string& path) {
 }
 
 Status write_file(const std::string& path, std::string_view bytes) {
-  std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  std::string temporary = fmt::format("{}.tmp.{}", path, ::getpid());
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return file_error(Code::IoError, path, std::string("cannot create: ") + std::strerror(errno));
   size_t done = 0;
@@ -54,8 +54,8 @@ Status write_file(const std::string& path, std::string_view bytes) {
       int saved = errno;
       ::close(fd);
       ::unlink(temporary.c_str());
-      return file_error(Code::IoError, path, "cannot write " + std::to_string(bytes.size()) + " bytes: " +
-                                                 std::strerror(saved));
+      return file_error(Code::IoError, path,
+                        fmt::format("cannot write {} bytes: {}", bytes.size(), std::strerror(saved)));
     }
     done += size_t(wrote);
   }
@@ -121,9 +121,9 @@ Status check_load_value(double value, std::string_view name, std::string_view wh
 
 Status check_trace_shape(const LoadTrace& trace, std::string_view name) {
   if (trace.num_steps <= 0 || trace.num_layers <= 0 || trace.num_experts <= 0)
-    return file_error(Code::ParseError, name, "empty load (shape " + std::to_string(trace.num_steps) + " x " +
-                                                  std::to_string(trace.num_layers) + " x " +
-                                                  std::to_string(trace.num_experts) + ")");
+    return file_error(
+        Code::ParseError, name,
+        fmt::format("empty load (shape {} x {} x {})", trace.num_steps, trace.num_layers, trace.num_experts));
   if (trace.values.size() != size_t(trace.num_steps) * size_t(trace.num_layers) * size_t(trace.num_experts))
     return file_error(Code::Internal, name, "parsed values do not match the shape");
   return Status::ok();

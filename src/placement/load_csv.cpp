@@ -3,12 +3,14 @@
 // ends, a trailing newline and blank lines at the very end. Everything else
 // (empty cells, ragged rows, text, NaN/Inf, negative numbers) is an error
 // naming line:column.
-#include <charconv>
+#include <fmt/format.h>
+
+#include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 
 #include "eplb/placement_io.h"
+#include "common/text.h"
 #include "io_util.h"
 
 namespace eplb {
@@ -28,6 +30,54 @@ std::string shown(std::string_view cell) {
   return "'" + out + "'";
 }
 
+// One cell as a load value; `where` names its line:column.
+Result<double> parse_cell(std::string_view cell, std::string_view name, const std::string& where, bool first_line) {
+  std::string_view number = cell;
+  if (number.front() == '+') number.remove_prefix(1);
+  const bool starts_like_a_number = !number.empty() && ((number.front() >= '0' && number.front() <= '9') ||
+                                                        number.front() == '.' || number.data() == cell.data());
+  auto value = starts_like_a_number ? text::parse_double_nearest(number, "cell") : Result<double>(Status(Code::ParseError, ""));
+  if (!value) {
+    if (value.status().message().ends_with("overflows a double"))
+      return file_error(Code::ParseError, name, fmt::format("{}: number {} overflows a double (infinity)", where,
+                                                            shown(cell)));
+    return file_error(Code::ParseError, name, fmt::format("{}: cell {} is not a number{}", where, shown(cell),
+                                                          first_line ? " (CSV load files have no header line)" : ""));
+  }
+  // Integers beyond 2^53 would be rounded silently: refuse them.
+  if (number.find_first_not_of("0123456789") == std::string_view::npos && number.size() > 15) {
+    auto integer = text::parse_uint(number, "cell");
+    if (!integer || !io::exact_in_double(*integer))
+      return file_error(Code::ParseError, name, fmt::format("{}: integer {} is not exactly representable as a double",
+                                                            where, shown(cell)));
+  }
+  if (*value < 0 || !std::isfinite(*value)) EPLB_TRY(io::check_load_value(*value, name, where));
+  return value;
+}
+
+// The values of one line into `values`; their count into *count.
+Status parse_line(std::string_view row, int64_t line, std::string_view name, std::vector<double>& values,
+                  size_t* count) {
+  auto where = [&](size_t column_offset) { return fmt::format("line {}:{}", line, column_offset + 1); };
+  *count = 0;
+  size_t cell_start = 0;
+  for (std::string_view raw : text::split(row, ',')) {
+    const std::string_view cell = text::trim(raw);
+    const size_t first = cell.empty() ? cell_start : size_t(cell.data() - row.data());
+    if (cell.empty()) {
+      if (row.find_first_not_of(" \t") == std::string_view::npos)
+        return file_error(Code::ParseError, name, where(0) + ": empty line inside the file (every line is a layer)");
+      return file_error(Code::ParseError, name, fmt::format("{}: empty cell (value {} of the line)",
+                                                            where(raw.data() - row.data() + raw.size()), *count + 1));
+    }
+    EPLB_ASSIGN_OR_RETURN(double value, parse_cell(cell, name, where(first), line == 1));
+    values.push_back(value);
+    ++*count;
+    cell_start = size_t(raw.data() - row.data()) + raw.size() + 1;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<LoadTrace> parse_load_csv(std::string_view text, std::string_view name) {
@@ -37,78 +87,22 @@ Result<LoadTrace> parse_load_csv(std::string_view text, std::string_view name) {
   size_t end = text.size();
   while (end > pos && (text[end - 1] == '\n' || text[end - 1] == '\r' || is_space(text[end - 1]))) --end;
   if (end == pos) return file_error(Code::ParseError, name, "empty file (expected one line of numbers per layer)");
-
   LoadTrace trace;
   trace.num_steps = 1;
   size_t columns = 0;
   int64_t line = 0;
-  while (pos < end) {
+  for (std::string_view row : text::split(text.substr(pos, end - pos), '\n')) {
     ++line;
-    size_t line_start = pos;
-    size_t line_end = text.find('\n', pos);
-    if (line_end == std::string_view::npos || line_end > end) line_end = end;
-    std::string_view row = text.substr(line_start, line_end - line_start);
     if (!row.empty() && row.back() == '\r') row.remove_suffix(1);
-    auto where = [&](size_t column_offset) {
-      return "line " + std::to_string(line) + ":" + std::to_string(column_offset + 1);
-    };
     size_t count = 0;
-    size_t cell_start = 0;
-    for (;;) {
-      size_t comma = row.find(',', cell_start);
-      size_t cell_end = comma == std::string_view::npos ? row.size() : comma;
-      size_t first = cell_start, last = cell_end;
-      while (first < last && is_space(row[first])) ++first;
-      while (last > first && is_space(row[last - 1])) --last;
-      std::string_view cell = row.substr(first, last - first);
-      if (cell.empty()) {
-        if (row.find_first_not_of(" \t") == std::string_view::npos)
-          return file_error(Code::ParseError, name, where(0) + ": empty line inside the file (every line is a layer)");
-        return file_error(Code::ParseError, name, where(first) + ": empty cell (value " + std::to_string(count + 1) +
-                                                      " of the line)");
-      }
-      std::string_view number = cell;
-      if (number.front() == '+') number.remove_prefix(1);
-      double value = 0;
-      auto [stop, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
-      if (ec == std::errc::result_out_of_range && stop == number.data() + number.size()) {
-        // from_chars leaves `value` untouched on overflow and on underflow: strtod tells them apart.
-        std::string copy(number);
-        value = std::strtod(copy.c_str(), nullptr);
-        if (std::isinf(value))
-          return file_error(Code::ParseError, name, where(first) + ": number " + shown(cell) +
-                                                        " overflows a double (infinity)");
-        ec = std::errc();  // an underflow: the nearest double (0 or a denormal) is the value
-      }
-      if (ec != std::errc() || stop != number.data() + number.size() || number.empty() ||
-          (number.data() != cell.data() && !(number.front() >= '0' && number.front() <= '9') && number.front() != '.')) {
-        std::string hint = line == 1 ? " (CSV load files have no header line)" : "";
-        return file_error(Code::ParseError, name, where(first) + ": cell " + shown(cell) + " is not a number" + hint);
-      }
-      // Integers beyond 2^53 would be rounded silently: refuse them.
-      if (number.find_first_not_of("0123456789") == std::string_view::npos && number.size() > 15) {
-        uint64_t integer = 0;
-        auto [integer_end, integer_ec] = std::from_chars(number.data(), number.data() + number.size(), integer);
-        if (integer_ec != std::errc() || integer_end != number.data() + number.size() || !io::exact_in_double(integer))
-          return file_error(Code::ParseError, name, where(first) + ": integer " + shown(cell) +
-                                                        " is not exactly representable as a double");
-      }
-      if (value < 0 || !std::isfinite(value)) EPLB_TRY(io::check_load_value(value, name, where(first)));
-      trace.values.push_back(value);
-      ++count;
-      if (comma == std::string_view::npos) break;
-      cell_start = comma + 1;
-    }
-    if (line == 1) {
-      columns = count;
-      if (columns > size_t(INT32_MAX))
-        return file_error(Code::ParseError, name, where(0) + ": too many columns");
-    } else if (count != columns) {
-      return file_error(Code::ParseError, name, where(0) + ": ragged rows: this line has " + std::to_string(count) +
-                                                    " values, line 1 has " + std::to_string(columns));
-    }
-    if (line >= INT32_MAX) return file_error(Code::ParseError, name, where(0) + ": too many lines");
-    pos = line_end + 1;
+    EPLB_TRY(parse_line(row, line, name, trace.values, &count));
+    if (line == 1) columns = count;
+    else if (count != columns)
+      return file_error(Code::ParseError, name, fmt::format("line {}:1: ragged rows: this line has {} values, line 1 "
+                                                            "has {}",
+                                                            line, count, columns));
+    if (line >= INT32_MAX || columns > size_t(INT32_MAX))
+      return file_error(Code::ParseError, name, fmt::format("line {}:1: too many lines or columns", line));
   }
   trace.num_layers = int(line);
   trace.num_experts = int(columns);

@@ -6,6 +6,7 @@
 // print each value as the shortest decimal that reads back as the same double
 // (integers print as integers). A trace of more than one step cannot be
 // written as .csv (CSV holds one [L][E] matrix): write_load_trace refuses it.
+#include <fmt/format.h>
 #include <cmath>
 #include <string>
 
@@ -47,9 +48,9 @@ std::string text_rows(const double* values, int rows, int columns, bool json, co
 Status check_writable(const std::string& path, int steps, int layers, int experts, size_t values) {
   if (steps <= 0 || layers <= 0 || experts <= 0 ||
       values != size_t(steps) * size_t(layers) * size_t(experts))
-    return file_error(Code::InvalidArgument, path,
-                      "cannot write a load of shape " + std::to_string(steps) + " x " + std::to_string(layers) +
-                          " x " + std::to_string(experts) + " holding " + std::to_string(values) + " values");
+    return file_error(
+        Code::InvalidArgument, path,
+        fmt::format("cannot write a load of shape {} x {} x {} holding {} values", steps, layers, experts, values));
   return Status::ok();
 }
 
@@ -58,9 +59,9 @@ Status check_values(const std::string& path, const std::vector<double>& values) 
     if (!std::isfinite(values[i]) || values[i] < 0) {
       std::string text;
       io::append_number(text, values[i]);
-      return file_error(Code::InvalidArgument, path,
-                        "refusing to write value " + text + " at flat index " + std::to_string(i) +
-                            " (loads must be finite and >= 0)");
+      return file_error(
+          Code::InvalidArgument, path,
+          fmt::format("refusing to write value {} at flat index {} (loads must be finite and >= 0)", text, i));
     }
   return Status::ok();
 }
@@ -82,16 +83,15 @@ Result<LoadTrace> read_load_trace(const std::string& path) { return parse_by_ext
 Result<LoadMatrix> read_load_file(const std::string& path, int expected_experts) {
   EPLB_ASSIGN_OR_RETURN(LoadTrace trace, parse_by_extension(path));
   if (expected_experts > 0 && trace.num_experts != expected_experts)
-    return file_error(Code::ParseError, path,
-                      "has " + std::to_string(trace.num_experts) + " experts (columns) per layer, the topology has " +
-                          std::to_string(expected_experts));
+    return file_error(
+        Code::ParseError, path,
+        fmt::format("has {} experts (columns) per layer, the topology has {}", trace.num_experts, expected_experts));
   LoadMatrix load = trace.sum(0, trace.num_steps);
   for (size_t i = 0; i < load.values.size(); ++i)
     if (!std::isfinite(load.values[i]))
       return file_error(Code::ParseError, path,
-                        "the sum over " + std::to_string(trace.num_steps) + " steps overflows at [" +
-                            std::to_string(i / size_t(load.num_experts)) + "][" +
-                            std::to_string(i % size_t(load.num_experts)) + "]");
+                        fmt::format("the sum over {} steps overflows at [{}][{}]", trace.num_steps,
+                                    i / size_t(load.num_experts), i % size_t(load.num_experts)));
   return load;
 }
 
@@ -124,9 +124,10 @@ Status write_load_trace(const std::string& path, const LoadTrace& trace) {
   }
   if (extension == ".csv") {
     if (trace.num_steps != 1)
-      return file_error(Code::InvalidArgument, path,
-                        "a CSV load file holds one [L][E] matrix, not a trace of " +
-                            std::to_string(trace.num_steps) + " steps; write .npy or .json instead");
+      return file_error(
+          Code::InvalidArgument, path,
+          fmt::format("a CSV load file holds one [L][E] matrix, not a trace of {} steps; write .npy or .json instead",
+                      trace.num_steps));
     return io::write_file(path, text_rows(trace.values.data(), trace.num_layers, trace.num_experts, false, ""));
   }
   if (extension == ".json") {

@@ -5,6 +5,7 @@
 // recursion, so deep nesting or huge files cannot exhaust the stack. Errors
 // name the JSON path ($[3][7] for a bare array, load[3][7] inside the object)
 // or, for syntax errors, the line, column and byte.
+#include <fmt/format.h>
 #include <climits>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -49,17 +50,17 @@ class LoadJsonReader final : public nlohmann::json_sax<json> {
   bool number_integer(number_integer_t value) override {
     if (!value_arrives(ValueKind::Number)) return false;
     if (!in_load_) return true;
-    if (value < 0) return fail(element_path() + ": value " + std::to_string(value) +
-                               " is negative (loads are token counts >= 0)");
+    if (value < 0)
+      return fail(fmt::format("{}: value {} is negative (loads are token counts >= 0)", element_path(), value));
     if (!io::exact_in_double(int64_t(value)))
-      return fail(element_path() + ": integer " + std::to_string(value) + " is not exactly representable as a double");
+      return fail(fmt::format("{}: integer {} is not exactly representable as a double", element_path(), value));
     return add(double(value));
   }
   bool number_unsigned(number_unsigned_t value) override {
     if (!value_arrives(ValueKind::Number)) return false;
     if (!in_load_) return true;
     if (!io::exact_in_double(uint64_t(value)))
-      return fail(element_path() + ": integer " + std::to_string(value) + " is not exactly representable as a double");
+      return fail(fmt::format("{}: integer {} is not exactly representable as a double", element_path(), value));
     return add(double(value));
   }
   bool number_float(number_float_t value, const string_t&) override {
@@ -88,7 +89,7 @@ class LoadJsonReader final : public nlohmann::json_sax<json> {
     size_t bracket = what.find("] ");
     if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
     if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
-    status = file_error(Code::ParseError, name_, "byte " + std::to_string(position) + ": " + what);
+    status = file_error(Code::ParseError, name_, fmt::format("byte {}: {}", position, what));
     return false;
   }
 
@@ -101,14 +102,14 @@ class LoadJsonReader final : public nlohmann::json_sax<json> {
   // Path of the element about to be added to the innermost open load array.
   std::string element_path() const {
     std::string path = prefix_;
-    for (int k = 1; k < level_; ++k) path.append("[").append(std::to_string(count_[k] - 1)).append("]");
-    path.append("[").append(std::to_string(count_[level_])).append("]");
+    for (int k = 1; k < level_; ++k) fmt::format_to(std::back_inserter(path), "[{}]", count_[k] - 1);
+    fmt::format_to(std::back_inserter(path), "[{}]", count_[level_]);
     return path;
   }
   // Path of the innermost open load array.
   std::string container_path() const {
     std::string path = prefix_;
-    for (int k = 1; k < level_; ++k) path.append("[").append(std::to_string(count_[k] - 1)).append("]");
+    for (int k = 1; k < level_; ++k) fmt::format_to(std::back_inserter(path), "[{}]", count_[k] - 1);
     return path;
   }
 
@@ -204,8 +205,8 @@ class LoadJsonReader final : public nlohmann::json_sax<json> {
       return true;
     }
     if (count != expected)
-      return fail(container_path() + ": ragged rows: " + std::to_string(count) + " " + what + ", expected " +
-                  std::to_string(expected) + " like the first");
+      return fail(
+          fmt::format("{}: ragged rows: {} {}, expected {} like the first", container_path(), count, what, expected));
     return true;
   }
 

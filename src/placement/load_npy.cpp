@@ -5,6 +5,9 @@
 // {'descr': '<f8', 'fortran_order': False, 'shape': (L, E), } padded with
 // spaces and a newline, then the raw C-order data. Every length and index is
 // checked before use; each error names the byte offset.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <bit>
 #include <climits>
 #include <cmath>
@@ -113,14 +116,14 @@ class HeaderParser {
       ++pos_;
   }
   Status fail_at(size_t pos, const std::string& what) const {
-    return file_error(Code::ParseError, name_, "byte " + std::to_string(base_ + pos) + ": bad .npy header: " + what);
+    return file_error(Code::ParseError, name_, fmt::format("byte {}: bad .npy header: {}", base_ + pos, what));
   }
   Status fail(const std::string& what) const {
     if (pos_ >= text_.size()) return fail_at(pos_, what + " (header ends early)");
     return fail_at(pos_, what + ", found " + quoted(text_.substr(pos_, 12)));
   }
   Status unsupported(const std::string& what) const {
-    return file_error(Code::Unsupported, name_, "byte " + std::to_string(base_ + pos_) + ": " + what);
+    return file_error(Code::Unsupported, name_, fmt::format("byte {}: {}", base_ + pos_, what));
   }
 
   Status parse_string(std::string& out) {
@@ -188,7 +191,7 @@ class HeaderParser {
 
 Result<Dtype> parse_descr(const std::string& descr, std::string_view name, size_t at) {
   auto bad = [&](Code code, const std::string& why) {
-    return file_error(code, name, "byte " + std::to_string(at) + ": dtype " + quoted(descr) + " " + why);
+    return file_error(code, name, fmt::format("byte {}: dtype {} {}", at, quoted(descr), why));
   };
   const char* supported = "(supported: '<i4', '<i8', '<f4', '<f8', and '<i1' '|i1' '<u1' '|u1' '<i2' '<u2' '<u4' '<u8')";
   if (descr.size() < 3) return bad(Code::Unsupported, std::string("is not supported ") + supported);
@@ -228,125 +231,158 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) text += ", ";
-    text += std::to_string(shape[i]);
+    fmt::format_to(std::back_inserter(text), "{}", shape[i]);
   }
   if (shape.size() == 1) text += ",";
   return text + ")";
 }
 
-}  // namespace
+// Where the header sits: after the magic, the version and its length field.
+struct Frame {
+  size_t header_start = 0;
+  uint64_t header_length = 0;
+};
 
-Result<LoadTrace> parse_npy(std::span<const uint8_t> bytes, std::string_view name) {
+Result<Frame> check_frame(std::span<const uint8_t> bytes, std::string_view name) {
   if (bytes.empty()) return file_error(Code::ParseError, name, "empty file (expected a .npy array)");
   size_t magic_seen = std::min(bytes.size(), sizeof kMagic);
   if (std::memcmp(bytes.data(), kMagic, magic_seen) != 0)
     return file_error(Code::ParseError, name,
-                      "byte 0: not a .npy file (wrong magic " +
-                          quoted(std::string_view(reinterpret_cast<const char*>(bytes.data()), magic_seen)) +
-                          ", expected '\\x93NUMPY')");
+                      fmt::format("byte 0: not a .npy file (wrong magic {}, expected '\\x93NUMPY')",
+                                  quoted(std::string_view(reinterpret_cast<const char*>(bytes.data()), magic_seen))));
   if (bytes.size() < 8)
     return file_error(Code::ParseError, name,
-                      "byte " + std::to_string(bytes.size()) + ": truncated in the magic/version (file has " +
-                          std::to_string(bytes.size()) + " bytes)");
+                      fmt::format("byte {}: truncated in the magic/version (file has {} "
+                                  "bytes)",
+                                  bytes.size(), bytes.size()));
   int major = bytes[6], minor = bytes[7];
   if (major < 1 || major > 3 || minor != 0)
     return file_error(Code::Unsupported, name,
-                      "byte 6: .npy format version " + std::to_string(major) + "." + std::to_string(minor) +
-                          " is not supported (1.0, 2.0, 3.0)");
-  size_t length_bytes = major == 1 ? 2 : 4;
-  size_t header_start = 8 + length_bytes;
-  if (bytes.size() < header_start)
+                      fmt::format("byte 6: .npy format version {}.{} is not supported (1.0, "
+                                  "2.0, 3.0)",
+                                  major, minor));
+  Frame frame;
+  const size_t length_bytes = major == 1 ? 2 : 4;
+  frame.header_start = 8 + length_bytes;
+  if (bytes.size() < frame.header_start)
     return file_error(Code::ParseError, name,
-                      "byte " + std::to_string(bytes.size()) + ": truncated in the header length field");
-  uint64_t header_length = load_little_endian(bytes.data() + 8, int(length_bytes));
-  if (header_length > bytes.size() - header_start)
+                      fmt::format("byte {}: truncated in the header length field", bytes.size()));
+  frame.header_length = load_little_endian(bytes.data() + 8, int(length_bytes));
+  if (frame.header_length > bytes.size() - frame.header_start)
     return file_error(Code::ParseError, name,
-                      "byte 8: truncated: the header claims " + std::to_string(header_length) + " bytes but only " +
-                          std::to_string(bytes.size() - header_start) + " follow");
-  std::string_view header_text(reinterpret_cast<const char*>(bytes.data()) + header_start, size_t(header_length));
-  Header header;
-  EPLB_TRY(HeaderParser(header_text, header_start, name).parse(header));
-  EPLB_ASSIGN_OR_RETURN(Dtype dtype, parse_descr(header.descr, name, header_start));
+                      fmt::format("byte 8: truncated: the header claims {} bytes but only {} "
+                                  "follow",
+                                  frame.header_length, bytes.size() - frame.header_start));
+  return frame;
+}
+
+// The element count of a 2-D or 3-D C-order array of `dtype`.
+Result<uint64_t> check_shape(const Header& header, const Dtype& dtype, size_t at, std::string_view name) {
+  const std::string shape = shape_text(header.shape);
   if (header.fortran_order)
     return file_error(Code::Unsupported, name,
-                      "byte " + std::to_string(header_start) +
-                          ": Fortran-order arrays are not supported (save np.ascontiguousarray(a))");
+                      fmt::format("byte {}: Fortran-order arrays are not supported (save "
+                                  "np.ascontiguousarray(a))",
+                                  at));
   if (header.shape.size() != 2 && header.shape.size() != 3)
     return file_error(Code::Unsupported, name,
-                      "byte " + std::to_string(header_start) + ": shape " + shape_text(header.shape) + " is " +
-                          std::to_string(header.shape.size()) + "-D; expected 2-D [L][E] or 3-D [W][L][E]");
+                      fmt::format("byte {}: shape {} is {}-D; expected 2-D [L][E] or 3-D "
+                                  "[W][L][E]",
+                                  at, shape, header.shape.size()));
   uint64_t count = 1;
   for (uint64_t dimension : header.shape) {
     if (dimension == 0)
       return file_error(Code::ParseError, name,
-                        "byte " + std::to_string(header_start) + ": shape " + shape_text(header.shape) +
-                            " has a zero-size dimension (empty load)");
+                        fmt::format("byte {}: shape {} has a zero-size dimension (empty load)", at, shape));
     if (dimension > uint64_t(INT_MAX))
       return file_error(Code::ParseError, name,
-                        "byte " + std::to_string(header_start) + ": shape " + shape_text(header.shape) +
-                            " has a dimension larger than " + std::to_string(INT_MAX));
+                        fmt::format("byte {}: shape {} has a dimension larger than {}", at, shape, INT_MAX));
     if (count > UINT64_MAX / dimension / uint64_t(dtype.size))
       return file_error(Code::ParseError, name,
-                        "byte " + std::to_string(header_start) + ": shape " + shape_text(header.shape) +
-                            " overflows: its byte size does not fit in 64 bits");
+                        fmt::format("byte {}: shape {} overflows: its byte size does not fit "
+                                    "in 64 bits",
+                                    at, shape));
     count *= dimension;
   }
-  size_t data_start = header_start + size_t(header_length);
-  uint64_t needed = count * uint64_t(dtype.size);
-  uint64_t available = bytes.size() - data_start;
+  return count;
+}
+
+// One element as a double; *exact is false for an integer a double rounds.
+double element(const uint8_t* data, const Dtype& dtype, bool* exact) {
+  uint64_t raw = load_little_endian(data, dtype.size);
+  *exact = true;
+  switch (dtype.kind) {
+    case Kind::SignedInt: {
+      int shift = 64 - 8 * dtype.size;  // sign-extend
+      int64_t value = int64_t(raw << shift) >> shift;
+      *exact = io::exact_in_double(value);
+      return double(value);
+    }
+    case Kind::UnsignedInt:
+      *exact = io::exact_in_double(raw);
+      return double(raw);
+    case Kind::Float:
+      return dtype.size == 4 ? double(std::bit_cast<float>(uint32_t(raw))) : std::bit_cast<double>(raw);
+  }
+  return 0.0;
+}
+
+// "byte 128, element [0][3][7]"
+std::string element_position(const LoadTrace& trace, bool three_d, size_t i, size_t offset) {
+  const size_t e = i % size_t(trace.num_experts);
+  const size_t l = (i / size_t(trace.num_experts)) % size_t(trace.num_layers);
+  const size_t w = i / (size_t(trace.num_experts) * size_t(trace.num_layers));
+  return three_d ? fmt::format("byte {}, element [{}][{}][{}]", offset, w, l, e)
+                 : fmt::format("byte {}, element [{}][{}]", offset, l, e);
+}
+
+Status decode_values(const uint8_t* data, size_t data_start, const Dtype& dtype, bool three_d, LoadTrace& trace,
+                     std::string_view name) {
+  for (size_t i = 0; i < trace.values.size(); ++i) {
+    bool exact = true;
+    const size_t offset = i * size_t(dtype.size);
+    double value = element(data + offset, dtype, &exact);
+    if (!exact)
+      return file_error(Code::ParseError, name,
+                        fmt::format("{}: integer {} is not exactly representable as a double",
+                                    element_position(trace, three_d, i, data_start + offset),
+                                    load_little_endian(data + offset, dtype.size)));
+    if (value < 0 || !std::isfinite(value))
+      EPLB_TRY(io::check_load_value(value, name, element_position(trace, three_d, i, data_start + offset)));
+    trace.values[i] = value;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<LoadTrace> parse_npy(std::span<const uint8_t> bytes, std::string_view name) {
+  EPLB_ASSIGN_OR_RETURN(Frame frame, check_frame(bytes, name));
+  std::string_view header_text(reinterpret_cast<const char*>(bytes.data()) + frame.header_start,
+                               size_t(frame.header_length));
+  Header header;
+  EPLB_TRY(HeaderParser(header_text, frame.header_start, name).parse(header));
+  EPLB_ASSIGN_OR_RETURN(Dtype dtype, parse_descr(header.descr, name, frame.header_start));
+  EPLB_ASSIGN_OR_RETURN(uint64_t count, check_shape(header, dtype, frame.header_start, name));
+  const size_t data_start = frame.header_start + size_t(frame.header_length);
+  const uint64_t needed = count * uint64_t(dtype.size), available = bytes.size() - data_start;
   if (available < needed)
-    return file_error(Code::ParseError, name,
-                      "byte " + std::to_string(bytes.size()) + ": truncated: shape " + shape_text(header.shape) +
-                          " of " + quoted(header.descr) + " needs " + std::to_string(needed) +
-                          " data bytes after byte " + std::to_string(data_start) + ", the file has " +
-                          std::to_string(available));
+    return file_error(
+        Code::ParseError, name,
+        fmt::format("byte {}: truncated: shape {} of {} needs {} data bytes after byte {}, the file "
+                    "has {}",
+                    bytes.size(), shape_text(header.shape), quoted(header.descr), needed, data_start, available));
   if (available > needed)
     return file_error(Code::ParseError, name,
-                      "byte " + std::to_string(data_start + needed) + ": " + std::to_string(available - needed) +
-                          " unexpected bytes after the data of shape " + shape_text(header.shape));
-
+                      fmt::format("byte {}: {} unexpected bytes after the data of shape {}", data_start + needed,
+                                  available - needed, shape_text(header.shape)));
   LoadTrace trace;
-  bool three_d = header.shape.size() == 3;
+  const bool three_d = header.shape.size() == 3;
   trace.num_steps = three_d ? int(header.shape[0]) : 1;
   trace.num_layers = int(header.shape[three_d ? 1 : 0]);
   trace.num_experts = int(header.shape[three_d ? 2 : 1]);
   trace.values.resize(size_t(count));
-  const uint8_t* data = bytes.data() + data_start;
-  for (size_t i = 0; i < size_t(count); ++i) {
-    uint64_t raw = load_little_endian(data + i * size_t(dtype.size), dtype.size);
-    double value = 0;
-    bool exact = true;
-    switch (dtype.kind) {
-      case Kind::SignedInt: {
-        int shift = 64 - 8 * dtype.size;  // sign-extend
-        int64_t signed_value = int64_t(raw << shift) >> shift;
-        value = double(signed_value);
-        exact = io::exact_in_double(signed_value);
-        break;
-      }
-      case Kind::UnsignedInt:
-        value = double(raw);
-        exact = io::exact_in_double(raw);
-        break;
-      case Kind::Float:
-        value = dtype.size == 4 ? double(std::bit_cast<float>(uint32_t(raw))) : std::bit_cast<double>(raw);
-        break;
-    }
-    auto where = [&] {
-      size_t e = i % size_t(trace.num_experts);
-      size_t l = (i / size_t(trace.num_experts)) % size_t(trace.num_layers);
-      size_t w = i / (size_t(trace.num_experts) * size_t(trace.num_layers));
-      std::string index;
-      if (three_d) index.append("[").append(std::to_string(w)).append("]");
-      index.append("[").append(std::to_string(l)).append("][").append(std::to_string(e)).append("]");
-      return "byte " + std::to_string(data_start + i * size_t(dtype.size)) + ", element " + index;
-    };
-    if (!exact)
-      return file_error(Code::ParseError, name, where() + ": integer " + std::to_string(raw) +
-                                                    " is not exactly representable as a double");
-    if (value < 0 || !std::isfinite(value)) EPLB_TRY(io::check_load_value(value, name, where()));
-    trace.values[i] = value;
-  }
+  EPLB_TRY(decode_values(bytes.data() + data_start, data_start, dtype, three_d, trace, name));
   return trace;
 }
 
@@ -354,7 +390,7 @@ std::vector<uint8_t> encode_npy_float64(const std::vector<size_t>& shape, const 
   std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) header += ", ";
-    header += std::to_string(shape[i]);
+    fmt::format_to(std::back_inserter(header), "{}", shape[i]);
   }
   if (shape.size() == 1) header += ",";
   header += "), }";

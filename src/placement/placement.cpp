@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <fmt/format.h>
 #include <string>
 
 #include "eplb/placement.h"
@@ -6,7 +7,7 @@
 namespace eplb {
 
 namespace {
-std::string at_layer(int layer) { return "layer " + std::to_string(layer); }
+std::string at_layer(int layer) { return fmt::format("layer {}", layer); }
 }  // namespace
 
 Placement::Placement(int num_layers, int num_experts, int num_slots, int max_replicas)
@@ -23,16 +24,15 @@ Result<Placement> Placement::from_phy2log(int num_layers, int num_experts, int n
   if (num_layers <= 0 || num_experts <= 0 || num_slots <= 0)
     return error(Code::InvalidArgument, "placement shape must be positive");
   if (phy2log.size() != size_t(num_layers) * num_slots)
-    return error(Code::InvalidArgument, "phy2log holds " + std::to_string(phy2log.size()) + " entries, expected " +
-                                            std::to_string(size_t(num_layers) * num_slots));
+    return error(Code::InvalidArgument,
+                 fmt::format("phy2log holds {} entries, expected {}", phy2log.size(), size_t(num_layers) * num_slots));
   std::vector<int32_t> logcnt(size_t(num_layers) * num_experts, 0);
   for (int l = 0; l < num_layers; ++l)
     for (int s = 0; s < num_slots; ++s) {
       int32_t e = phy2log[size_t(l) * num_slots + s];
       if (e < 0 || e >= num_experts)
-        return error(Code::InvalidArgument, at_layer(l) + ": phy2log[" + std::to_string(s) + "] = " +
-                                                std::to_string(e) + " is not an expert in [0, " +
-                                                std::to_string(num_experts) + ")");
+        return error(Code::InvalidArgument,
+                     fmt::format("{}: phy2log[{}] = {} is not an expert in [0, {})", at_layer(l), s, e, num_experts));
       ++logcnt[size_t(l) * num_experts + e];
     }
   int max_replicas = std::max(1, *std::max_element(logcnt.begin(), logcnt.end()));
@@ -57,14 +57,14 @@ Result<Placement> Placement::from_arrays(int num_layers, int num_experts, int nu
   if (num_layers <= 0 || num_experts <= 0 || num_slots <= 0 || max_replicas <= 0)
     return error(Code::InvalidArgument, "placement shape must be positive");
   if (phy2log.size() != size_t(num_layers) * num_slots)
-    return error(Code::InvalidArgument, "phy2log holds " + std::to_string(phy2log.size()) + " entries, expected " +
-                                            std::to_string(size_t(num_layers) * num_slots));
+    return error(Code::InvalidArgument,
+                 fmt::format("phy2log holds {} entries, expected {}", phy2log.size(), size_t(num_layers) * num_slots));
   if (logcnt.size() != size_t(num_layers) * num_experts)
-    return error(Code::InvalidArgument, "logcnt holds " + std::to_string(logcnt.size()) + " entries, expected " +
-                                            std::to_string(size_t(num_layers) * num_experts));
+    return error(Code::InvalidArgument,
+                 fmt::format("logcnt holds {} entries, expected {}", logcnt.size(), size_t(num_layers) * num_experts));
   if (log2phy.size() != size_t(num_layers) * num_experts * max_replicas)
-    return error(Code::InvalidArgument, "log2phy holds " + std::to_string(log2phy.size()) + " entries, expected " +
-                                            std::to_string(size_t(num_layers) * num_experts * max_replicas));
+    return error(Code::InvalidArgument, fmt::format("log2phy holds {} entries, expected {}", log2phy.size(),
+                                                    size_t(num_layers) * num_experts * max_replicas));
   Placement placement;
   placement.num_layers_ = num_layers;
   placement.num_experts_ = num_experts;
@@ -94,35 +94,31 @@ Status Placement::validate() const {
     for (int s = 0; s < num_slots_; ++s) {
       int32_t e = layer_phy2log[s];
       if (e < 0 || e >= num_experts_)
-        return error(Code::InvalidArgument, at_layer(l) + ": slot " + std::to_string(s) + " holds expert " +
-                                                std::to_string(e) + ", not in [0, " + std::to_string(num_experts_) +
-                                                ")");
+        return error(Code::InvalidArgument,
+                     fmt::format("{}: slot {} holds expert {}, not in [0, {})", at_layer(l), s, e, num_experts_));
       ++seen[e];
     }
     int64_t total = 0;
     for (int e = 0; e < num_experts_; ++e) {
       int32_t count = layer_logcnt[e];
       total += count;
-      if (count < 1)
-        return error(Code::InvalidArgument, at_layer(l) + ": expert " + std::to_string(e) + " has no replica");
+      if (count < 1) return error(Code::InvalidArgument, fmt::format("{}: expert {} has no replica", at_layer(l), e));
       if (count != seen[e])
-        return error(Code::InvalidArgument, at_layer(l) + ": logcnt of expert " + std::to_string(e) + " is " +
-                                                std::to_string(count) + " but phy2log holds it in " +
-                                                std::to_string(seen[e]) + " slots");
+        return error(Code::InvalidArgument,
+                     fmt::format("{}: logcnt of expert {} is {} but phy2log holds it in {} slots", at_layer(l), e,
+                                 count, seen[e]));
       if (count > max_replicas_)
-        return error(Code::InvalidArgument, at_layer(l) + ": expert " + std::to_string(e) + " has " +
-                                                std::to_string(count) + " replicas, more than log2phy's width " +
-                                                std::to_string(max_replicas_));
+        return error(Code::InvalidArgument, fmt::format("{}: expert {} has {} replicas, more than log2phy's width {}",
+                                                        at_layer(l), e, count, max_replicas_));
       const int32_t* row = log2phy_.data() + (size_t(l) * num_experts_ + e) * max_replicas_;
       for (int k = 0; k < count; ++k) {
         int32_t slot = row[k];
         if (slot < 0 || slot >= num_slots_ || layer_phy2log[slot] != e)
-          return error(Code::InvalidArgument, at_layer(l) + ": log2phy[" + std::to_string(e) + "][" +
-                                                  std::to_string(k) + "] = " + std::to_string(slot) +
-                                                  " is not a slot holding expert " + std::to_string(e));
+          return error(Code::InvalidArgument, fmt::format("{}: log2phy[{}][{}] = {} is not a slot holding expert {}",
+                                                          at_layer(l), e, k, slot, e));
         if (listed_in_layer[slot] == l)
-          return error(Code::InvalidArgument, at_layer(l) + ": log2phy of expert " + std::to_string(e) +
-                                                  " lists slot " + std::to_string(slot) + " twice");
+          return error(Code::InvalidArgument,
+                       fmt::format("{}: log2phy of expert {} lists slot {} twice", at_layer(l), e, slot));
         listed_in_layer[slot] = l;
       }
       uint32_t not_padding = 0;  // ~(-1) == 0; no early exit, so the valid case runs branch-free
@@ -130,13 +126,12 @@ Status Placement::validate() const {
       if (not_padding != 0)
         for (int k = count; k < max_replicas_; ++k)
           if (row[k] != -1)
-            return error(Code::InvalidArgument, at_layer(l) + ": log2phy[" + std::to_string(e) + "][" +
-                                                    std::to_string(k) + "] = " + std::to_string(row[k]) +
-                                                    " should be -1 padding");
+            return error(Code::InvalidArgument,
+                         fmt::format("{}: log2phy[{}][{}] = {} should be -1 padding", at_layer(l), e, k, row[k]));
     }
     if (total != num_slots_)
-      return error(Code::InvalidArgument, at_layer(l) + ": replica counts add up to " + std::to_string(total) +
-                                              ", not to the " + std::to_string(num_slots_) + " slots");
+      return error(Code::InvalidArgument,
+                   fmt::format("{}: replica counts add up to {}, not to the {} slots", at_layer(l), total, num_slots_));
   }
   return Status::ok();
 }
@@ -144,10 +139,9 @@ Status Placement::validate() const {
 Status Placement::validate_against(const Topology& topology) const {
   if (num_layers_ != topology.num_layers || num_experts_ != topology.num_experts ||
       num_slots_ != topology.num_slots)
-    return error(Code::Mismatch, "placement shape (layers=" + std::to_string(num_layers_) +
-                                     " experts=" + std::to_string(num_experts_) + " slots=" +
-                                     std::to_string(num_slots_) + ") does not match topology " +
-                                     topology.to_string());
+    return error(Code::Mismatch,
+                 fmt::format("placement shape (layers={} experts={} slots={}) does not match topology {}", num_layers_,
+                             num_experts_, num_slots_, topology.to_string()));
   return validate();
 }
 

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "eplb/placement_io.h"
 #include "io_util.h"
 
@@ -32,7 +34,7 @@ void append_int_row(std::string& out, std::span<const int32_t> row) {
   out += '[';
   for (size_t i = 0; i < row.size(); ++i) {
     if (i) out += ", ";
-    out += std::to_string(row[i]);
+    fmt::format_to(std::back_inserter(out), "{}", row[i]);
   }
   out += ']';
 }
@@ -70,19 +72,18 @@ class Reader {
     if (!value.is_number_integer()) return fail(path, std::string("expected an integer, found ") + value.type_name());
     if (value.is_number_unsigned()) {
       uint64_t v = value.get<uint64_t>();
-      if (v > uint64_t(INT32_MAX)) return fail(path, std::to_string(v) + " is out of range");
+      if (v > uint64_t(INT32_MAX)) return fail(path, fmt::format("{} is out of range", v));
       return int32_t(v);
     }
     int64_t v = value.get<int64_t>();
-    if (v > INT32_MAX || v < INT32_MIN) return fail(path, std::to_string(v) + " is out of range");
+    if (v > INT32_MAX || v < INT32_MIN) return fail(path, fmt::format("{} is out of range", v));
     return int32_t(v);
   }
 
   Status array_of(const json& value, const std::string& path, size_t expected, const char* what) const {
     if (!value.is_array()) return fail(path, std::string("expected an array, found ") + value.type_name());
     if (value.size() != expected)
-      return fail(path, "holds " + std::to_string(value.size()) + " entries, expected " + std::to_string(expected) +
-                            " (" + what + ")");
+      return fail(path, fmt::format("holds {} entries, expected {} ({})", value.size(), expected, what));
     return Status::ok();
   }
 
@@ -94,11 +95,11 @@ class Reader {
     EPLB_TRY(array_of(*found, key, rows, row_what));
     out.reserve(rows * columns);
     for (size_t r = 0; r < rows; ++r) {
-      std::string row_path = std::string(key) + "[" + std::to_string(r) + "]";
+      std::string row_path = fmt::format("{}[{}]", std::string(key), r);
       const json& row = (*found)[r];
       EPLB_TRY(array_of(row, row_path, columns, column_what));
       for (size_t c = 0; c < columns; ++c) {
-        EPLB_ASSIGN_OR_RETURN(int32_t value, integer(row[c], row_path + "[" + std::to_string(c) + "]"));
+        EPLB_ASSIGN_OR_RETURN(int32_t value, integer(row[c], fmt::format("{}[{}]", row_path, c)));
         out.push_back(value);
       }
     }
@@ -113,12 +114,11 @@ class Reader {
 
 std::string placement_to_json(const Placement& placement, const Topology& topology,
                               const std::string& extra_json_object) {
-  std::string out = "{\n  \"topology\": {\"layers\": " + std::to_string(topology.num_layers) +
-                    ", \"experts\": " + std::to_string(topology.num_experts) +
-                    ", \"slots\": " + std::to_string(topology.num_slots) +
-                    ", \"groups\": " + std::to_string(topology.num_groups) +
-                    ", \"nodes\": " + std::to_string(topology.num_nodes) +
-                    ", \"ranks\": " + std::to_string(topology.num_ranks) + "},\n";
+  std::string out = fmt::format(
+      "{{\n  \"topology\": {{\"layers\": {}, \"experts\": {}, \"slots\": {}, \"groups\": {}, \"nodes\": {}, \"ranks\": "
+      "{}}},\n",
+      topology.num_layers, topology.num_experts, topology.num_slots, topology.num_groups, topology.num_nodes,
+      topology.num_ranks);
   out += "  \"phy2log\": [\n";
   for (int l = 0; l < placement.num_layers(); ++l) {
     out += "    ";
@@ -169,84 +169,101 @@ Status write_placement_file(const std::string& path, const Placement& placement,
   return io::write_file(path, placement_to_json(placement, topology, extra_json_object));
 }
 
-Result<PlacementFile> parse_placement_json(std::string_view text, std::string_view name) {
+namespace {
+
+// The document's root, bounded in depth, or the parser's complaint with its byte.
+Result<json> parse_root(std::string_view text, std::string_view name) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return file_error(Code::ParseError, name, "empty file (expected a placement JSON object)");
   size_t deep = too_deep_at(text, kMaxDepth);
   if (deep != std::string_view::npos)
-    return file_error(Code::ParseError, name,
-                      "byte " + std::to_string(deep) + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
-  json root;
+    return file_error(Code::ParseError, name, fmt::format("byte {}: nested deeper than {} levels", deep, kMaxDepth));
   try {
-    root = json::parse(text.begin(), text.end());
+    json root = json::parse(text.begin(), text.end());
+    if (!root.is_object())
+      return file_error(Code::ParseError, name,
+                        fmt::format("the top level is {}, expected an object with topology, "
+                                    "phy2log, log2phy, logcnt",
+                                    root.type_name()));
+    return root;
   } catch (const json::parse_error& problem) {
     std::string what = problem.what();
     size_t bracket = what.find("] ");
     if (bracket != std::string::npos) what = what.substr(bracket + 2);
     if (what.rfind("parse error at ", 0) == 0) what = what.substr(15);
-    return file_error(Code::ParseError, name, "byte " + std::to_string(problem.byte) + ": " + what);
+    return file_error(Code::ParseError, name, fmt::format("byte {}: {}", problem.byte, what));
   } catch (const std::exception& problem) {
     return file_error(Code::ParseError, name, std::string("cannot parse: ") + problem.what());
   }
-  Reader reader(name);
-  if (!root.is_object())
-    return file_error(Code::ParseError, name, std::string("the top level is ") + root.type_name() +
-                                                  ", expected an object with topology, phy2log, log2phy, logcnt");
-  auto topology_entry = root.find("topology");
-  if (topology_entry == root.end()) return reader.fail("topology", "missing");
-  if (!topology_entry->is_object())
-    return reader.fail("topology", std::string("expected an object, found ") + topology_entry->type_name());
-  PlacementFile file;
-  struct Field {
-    const char* key;
-    int* target;
-  } fields[] = {{"layers", &file.topology.num_layers}, {"experts", &file.topology.num_experts},
-                {"slots", &file.topology.num_slots},   {"groups", &file.topology.num_groups},
-                {"nodes", &file.topology.num_nodes},   {"ranks", &file.topology.num_ranks}};
-  for (const Field& field : fields) {
-    std::string path = std::string("topology.") + field.key;
-    auto entry = topology_entry->find(field.key);
-    if (entry == topology_entry->end()) return reader.fail(path, "missing");
-    EPLB_ASSIGN_OR_RETURN(*field.target, reader.integer(*entry, path));
-  }
-  Status topology_status = file.topology.validate();
-  if (!topology_status.is_ok()) return reader.fail("topology", topology_status.message());
+}
 
+Result<Topology> read_topology(const json& root, Reader& reader) {
+  auto entry = root.find("topology");
+  if (entry == root.end()) return reader.fail("topology", "missing");
+  if (!entry->is_object())
+    return reader.fail("topology", std::string("expected an object, found ") + entry->type_name());
+  Topology topology;
+  const std::pair<const char*, int*> fields[] = {{"layers", &topology.num_layers}, {"experts", &topology.num_experts},
+                                                 {"slots", &topology.num_slots},   {"groups", &topology.num_groups},
+                                                 {"nodes", &topology.num_nodes},   {"ranks", &topology.num_ranks}};
+  for (const auto& [key, target] : fields) {
+    std::string path = std::string("topology.") + key;
+    auto field = entry->find(key);
+    if (field == entry->end()) return reader.fail(path, "missing");
+    EPLB_ASSIGN_OR_RETURN(*target, reader.integer(*field, path));
+  }
+  Status valid = topology.validate();
+  if (!valid.is_ok()) return reader.fail("topology", valid.message());
+  return topology;
+}
+
+// log2phy[L][E][replicas], the replica width set by its first entry.
+Status read_log2phy(const json& root, const Topology& t, Reader& reader, std::vector<int32_t>& log2phy,
+                    size_t* replicas) {
+  auto entry = root.find("log2phy");
+  if (entry == root.end()) return reader.fail("log2phy", "missing");
+  EPLB_TRY(reader.array_of(*entry, "log2phy", size_t(t.num_layers), "one entry per layer"));
+  for (size_t l = 0; l < size_t(t.num_layers); ++l) {
+    const std::string layer_path = fmt::format("log2phy[{}]", l);
+    const json& layer = (*entry)[l];
+    EPLB_TRY(reader.array_of(layer, layer_path, size_t(t.num_experts), "one entry per expert"));
+    for (size_t e = 0; e < size_t(t.num_experts); ++e) {
+      const std::string expert_path = fmt::format("{}[{}]", layer_path, e);
+      const json& slots = layer[e];
+      if (!slots.is_array())
+        return reader.fail(expert_path, std::string("expected an array of slots, found ") + slots.type_name());
+      if (*replicas == 0) {
+        if (slots.empty() || slots.size() > size_t(t.num_slots))
+          return reader.fail(expert_path, fmt::format("holds {} entries; the replica width must be in [1, slots={}]",
+                                                      slots.size(), t.num_slots));
+        *replicas = slots.size();
+        log2phy.reserve(size_t(t.num_layers) * size_t(t.num_experts) * *replicas);
+      }
+      EPLB_TRY(reader.array_of(slots, expert_path, *replicas, "the replica width of log2phy[0][0]"));
+      for (size_t k = 0; k < *replicas; ++k) {
+        EPLB_ASSIGN_OR_RETURN(int32_t slot, reader.integer(slots[k], fmt::format("{}[{}]", expert_path, k)));
+        log2phy.push_back(slot);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<PlacementFile> parse_placement_json(std::string_view text, std::string_view name) {
+  EPLB_ASSIGN_OR_RETURN(json root, parse_root(text, name));
+  Reader reader(name);
+  PlacementFile file;
+  EPLB_ASSIGN_OR_RETURN(file.topology, read_topology(root, reader));
   const Topology& t = file.topology;
   std::vector<int32_t> phy2log, logcnt, log2phy;
   EPLB_TRY(reader.matrix(root, "phy2log", size_t(t.num_layers), size_t(t.num_slots), "one row per layer",
                          "one entry per slot", phy2log));
   EPLB_TRY(reader.matrix(root, "logcnt", size_t(t.num_layers), size_t(t.num_experts), "one row per layer",
                          "one entry per expert", logcnt));
-
-  auto log2phy_entry = root.find("log2phy");
-  if (log2phy_entry == root.end()) return reader.fail("log2phy", "missing");
-  EPLB_TRY(reader.array_of(*log2phy_entry, "log2phy", size_t(t.num_layers), "one entry per layer"));
   size_t replicas = 0;
-  for (size_t l = 0; l < size_t(t.num_layers); ++l) {
-    std::string layer_path = "log2phy[" + std::to_string(l) + "]";
-    const json& layer = (*log2phy_entry)[l];
-    EPLB_TRY(reader.array_of(layer, layer_path, size_t(t.num_experts), "one entry per expert"));
-    for (size_t e = 0; e < size_t(t.num_experts); ++e) {
-      std::string expert_path = layer_path + "[" + std::to_string(e) + "]";
-      const json& slots = layer[e];
-      if (!slots.is_array())
-        return reader.fail(expert_path, std::string("expected an array of slots, found ") + slots.type_name());
-      if (replicas == 0) {
-        if (slots.empty() || slots.size() > size_t(t.num_slots))
-          return reader.fail(expert_path, "holds " + std::to_string(slots.size()) +
-                                              " entries; the replica width must be in [1, slots=" +
-                                              std::to_string(t.num_slots) + "]");
-        replicas = slots.size();
-        log2phy.reserve(size_t(t.num_layers) * size_t(t.num_experts) * replicas);
-      }
-      EPLB_TRY(reader.array_of(slots, expert_path, replicas, "the replica width of log2phy[0][0]"));
-      for (size_t k = 0; k < replicas; ++k) {
-        EPLB_ASSIGN_OR_RETURN(int32_t slot, reader.integer(slots[k], expert_path + "[" + std::to_string(k) + "]"));
-        log2phy.push_back(slot);
-      }
-    }
-  }
+  EPLB_TRY(read_log2phy(root, t, reader, log2phy, &replicas));
   auto placement = Placement::from_arrays(t.num_layers, t.num_experts, t.num_slots, int(replicas),
                                           std::move(phy2log), std::move(log2phy), std::move(logcnt));
   if (!placement.is_ok())

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <fmt/format.h>
 #include <sstream>
 
 #include "eplb/placement.h"
@@ -15,14 +16,13 @@ Status Topology::validate() const {
   if (num_groups <= 0) return bad("groups must be > 0");
   if (num_nodes <= 0) return bad("nodes must be > 0");
   if (num_ranks <= 0) return bad("ranks must be > 0");
-  if (num_slots < num_experts) return bad("slots R=" + std::to_string(num_slots) +
-                                          " must be >= experts E=" + std::to_string(num_experts));
-  if (num_slots % num_ranks != 0) return bad("slots R=" + std::to_string(num_slots) +
-                                             " must be a multiple of ranks P=" + std::to_string(num_ranks));
-  if (num_ranks % num_nodes != 0) return bad("ranks P=" + std::to_string(num_ranks) +
-                                             " must be a multiple of nodes N=" + std::to_string(num_nodes));
-  if (num_experts % num_groups != 0) return bad("experts E=" + std::to_string(num_experts) +
-                                                " must be a multiple of groups G=" + std::to_string(num_groups));
+  if (num_slots < num_experts) return bad(fmt::format("slots R={} must be >= experts E={}", num_slots, num_experts));
+  if (num_slots % num_ranks != 0)
+    return bad(fmt::format("slots R={} must be a multiple of ranks P={}", num_slots, num_ranks));
+  if (num_ranks % num_nodes != 0)
+    return bad(fmt::format("ranks P={} must be a multiple of nodes N={}", num_ranks, num_nodes));
+  if (num_experts % num_groups != 0)
+    return bad(fmt::format("experts E={} must be a multiple of groups G={}", num_experts, num_groups));
   // Guard the products used for buffer sizes against overflow of int32 indexing.
   if (int64_t(num_layers) * num_slots > (int64_t(1) << 30) ||
       int64_t(num_layers) * num_experts > (int64_t(1) << 30))
@@ -49,17 +49,15 @@ Result<Topology> topology_preset(const std::string& name) {
 
 Status LoadMatrix::validate() const {
   if (num_layers <= 0 || num_experts <= 0)
-    return error(Code::InvalidArgument, "load matrix is empty (" + std::to_string(num_layers) + " x " +
-                                            std::to_string(num_experts) + ")");
+    return error(Code::InvalidArgument, fmt::format("load matrix is empty ({} x {})", num_layers, num_experts));
   if (values.size() != size_t(num_layers) * size_t(num_experts))
-    return error(Code::Internal, "load matrix holds " + std::to_string(values.size()) + " values for shape " +
-                                     std::to_string(num_layers) + " x " + std::to_string(num_experts));
+    return error(Code::Internal,
+                 fmt::format("load matrix holds {} values for shape {} x {}", values.size(), num_layers, num_experts));
   for (int l = 0; l < num_layers; ++l)
     for (int e = 0; e < num_experts; ++e) {
       double v = at(l, e);
       if (!std::isfinite(v) || v < 0)
-        return error(Code::InvalidArgument, "load[" + std::to_string(l) + "][" + std::to_string(e) +
-                                                "] = " + std::to_string(v) + " is not a finite value >= 0");
+        return error(Code::InvalidArgument, fmt::format("load[{}][{}] = {} is not a finite value >= 0", l, e, v));
     }
   return Status::ok();
 }

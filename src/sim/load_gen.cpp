@@ -16,6 +16,7 @@
 // std::exp/log/cos come from the C library, and since counts are rounded to
 // integers, last-bit differences between libm versions can only matter at
 // exact rounding ties.
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -51,18 +52,18 @@ double default_drift() { return kDefaultDrift; }
 
 Result<LoadTrace> generate_load_trace(const LoadGenOptions& options) {
   auto bad = [](const std::string& what) { return error(Code::InvalidArgument, "gen-load: " + what); };
-  if (options.num_layers <= 0) return bad("layers must be > 0, got " + std::to_string(options.num_layers));
-  if (options.num_experts <= 0) return bad("experts must be > 0, got " + std::to_string(options.num_experts));
-  if (options.num_steps <= 0) return bad("steps must be > 0, got " + std::to_string(options.num_steps));
+  if (options.num_layers <= 0) return bad(fmt::format("layers must be > 0, got {}", options.num_layers));
+  if (options.num_experts <= 0) return bad(fmt::format("experts must be > 0, got {}", options.num_experts));
+  if (options.num_steps <= 0) return bad(fmt::format("steps must be > 0, got {}", options.num_steps));
   if (uint64_t(options.num_steps) * uint64_t(options.num_layers) * uint64_t(options.num_experts) > kMaxValues)
     return bad("steps x layers x experts must stay below 2^28");
   if (!std::isfinite(options.skew) || options.skew < 0 || options.skew > 100)
-    return bad("skew must be in [0, 100], got " + std::to_string(options.skew));
+    return bad(fmt::format("skew must be in [0, 100], got {}", options.skew));
   double drift = options.drift < 0 ? default_drift() : options.drift;
-  if (!std::isfinite(drift) || drift > 1) return bad("drift must be in [0, 1], got " + std::to_string(drift));
+  if (!std::isfinite(drift) || drift > 1) return bad(fmt::format("drift must be in [0, 1], got {}", drift));
   double tokens = options.tokens_per_step == 0 ? kDefaultTokensPerStep : options.tokens_per_step;
   if (!std::isfinite(tokens) || tokens < 0 || tokens > 1e15)
-    return bad("tokens per step must be in [0, 1e15], got " + std::to_string(tokens));
+    return bad(fmt::format("tokens per step must be in [0, 1e15], got {}", tokens));
 
   LoadTrace trace;
   trace.num_steps = options.num_steps;

@@ -1,4 +1,5 @@
 // Agent: creation, memory registration, metadata export/load, peers.
+#include <fmt/format.h>
 #include <algorithm>
 #include <set>
 
@@ -16,15 +17,11 @@ const char* operation_name(Operation op) {
 
 Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
   if (config.name.empty() || config.name.size() > kMaxAgentNameLength)
-    return error(Code::InvalidArgument, "agent name must have 1.." + std::to_string(kMaxAgentNameLength) +
-                                            " bytes, got " + std::to_string(config.name.size()));
+    return error(Code::InvalidArgument,
+                 fmt::format("agent name must have 1..{} bytes, got {}", kMaxAgentNameLength, config.name.size()));
   for (char c : config.name)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
       return error(Code::InvalidArgument, "agent name contains a control character");
-  if (config.progress_thread)
-    return error(Code::Unsupported,
-                 "agent " + config.name + ": progress_thread is not supported; progress is driven by status(), wait() "
-                 "and progress()");
   Result<std::unique_ptr<Backend>> backend = error(Code::InvalidArgument, "");
   if (config.backend == "ucx")
     backend = make_ucx_backend(config);
@@ -40,13 +37,60 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
     if (!faulty) return faulty.status().with_context("agent " + config.name);
     chosen = std::move(faulty).value();
   }
-  return std::unique_ptr<Agent>(new AgentImpl(config.name, std::move(chosen), config.map_peer_memory_eagerly));
+  return std::unique_ptr<Agent>(
+      new Agent(std::make_unique<Impl>(config.name, std::move(chosen), config.map_peer_memory_eagerly)));
 }
 
-AgentImpl::AgentImpl(std::string name, std::unique_ptr<Backend> backend, bool map_peer_memory_eagerly)
+// The handle forwards to Impl.
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Agent::~Agent() = default;
+const std::string& Agent::name() const { return impl_->name(); }
+std::string Agent::backend_name() const { return impl_->backend_name(); }
+std::string Agent::transports() const { return impl_->transports(); }
+Result<std::vector<std::string>> Agent::peer_transports(const std::string& peer) const {
+  return impl_->peer_transports(peer);
+}
+Result<RegionId> Agent::register_memory(const MemoryRegion& region) { return impl_->register_memory(region); }
+Status Agent::deregister_memory(RegionId region) { return impl_->deregister_memory(region); }
+Result<AllocatedRegion> Agent::allocate_memory(size_t length) { return impl_->allocate_memory(length); }
+Result<std::vector<uint8_t>> Agent::export_metadata() const { return impl_->export_metadata(); }
+Result<std::vector<uint8_t>> Agent::export_metadata(std::span<const RegionId> regions) const {
+  return impl_->export_metadata(regions);
+}
+Result<std::string> Agent::load_metadata(std::span<const uint8_t> metadata) { return impl_->load_metadata(metadata); }
+Status Agent::invalidate_peer(const std::string& peer) { return impl_->invalidate_peer(peer); }
+bool Agent::knows_peer(const std::string& peer) const { return impl_->knows_peer(peer); }
+Result<DescriptorListId> Agent::prepare_local(std::span<const Descriptor> descriptors, bool merge) {
+  return impl_->prepare_local(descriptors, merge);
+}
+Result<DescriptorListId> Agent::prepare_remote(const std::string& peer, std::span<const Descriptor> descriptors,
+                                               bool merge) {
+  return impl_->prepare_remote(peer, descriptors, merge);
+}
+Result<size_t> Agent::descriptor_count(DescriptorListId list) const { return impl_->descriptor_count(list); }
+Status Agent::release_descriptor_list(DescriptorListId list) { return impl_->release_descriptor_list(list); }
+Result<RequestId> Agent::make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
+                                      DescriptorListId remote, std::span<const int> remote_indices,
+                                      const std::string& notification) {
+  return impl_->make_request(op, local, local_indices, remote, remote_indices, notification);
+}
+Status Agent::post(RequestId request) { return impl_->post(request); }
+RequestStatus Agent::status(RequestId request) { return impl_->status(request); }
+Status Agent::release(RequestId request) { return impl_->release(request); }
+Status Agent::wait(std::span<const RequestId> requests, Deadline deadline) { return impl_->wait(requests, deadline); }
+Status Agent::send_notification(const std::string& peer, const std::string& message) {
+  return impl_->send_notification(peer, message);
+}
+std::vector<Notification> Agent::take_notifications() { return impl_->take_notifications(); }
+Result<std::vector<Notification>> Agent::wait_notifications(Deadline deadline) {
+  return impl_->wait_notifications(deadline);
+}
+void Agent::progress() { impl_->progress(); }
+
+Agent::Impl::Impl(std::string name, std::unique_ptr<Backend> backend, bool map_peer_memory_eagerly)
     : name_(std::move(name)), map_peer_memory_eagerly_(map_peer_memory_eagerly), backend_(std::move(backend)) {}
 
-AgentImpl::~AgentImpl() {
+Agent::Impl::~Impl() {
   // Backend requests first (they cancel), then what they point into.
   requests_.clear();
   lists_.clear();
@@ -55,15 +99,15 @@ AgentImpl::~AgentImpl() {
   backend_.reset();
 }
 
-Result<RegionId> AgentImpl::register_memory(const MemoryRegion& region) {
+Result<RegionId> Agent::Impl::register_memory(const MemoryRegion& region) {
   auto address = reinterpret_cast<uintptr_t>(region.address);
   if (region.address == nullptr || region.length == 0)
     return error(Code::InvalidArgument, "agent " + name_ + ": cannot register a null or empty region");
   if (address + region.length < address)
     return error(Code::InvalidArgument, "agent " + name_ + ": region wraps around the address space");
   if (region.kind != MemoryKind::Host && region.kind != MemoryKind::Device)
-    return error(Code::InvalidArgument, "agent " + name_ + ": unknown memory kind " +
-                                            std::to_string(static_cast<int>(region.kind)));
+    return error(Code::InvalidArgument,
+                 fmt::format("agent {}: unknown memory kind {}", name_, static_cast<int>(region.kind)));
   if (region.kind == MemoryKind::Device)
     return error(Code::Unsupported, "agent " + name_ + ": device memory is not supported yet (host only)");
   auto memory = backend_->register_memory(region);
@@ -77,7 +121,7 @@ Result<RegionId> AgentImpl::register_memory(const MemoryRegion& region) {
   return state->id;
 }
 
-Result<AllocatedRegion> AgentImpl::allocate_memory(size_t length) {
+Result<AllocatedRegion> Agent::Impl::allocate_memory(size_t length) {
   if (length == 0) return error(Code::InvalidArgument, "agent " + name_ + ": cannot allocate an empty region");
   void* address = nullptr;
   auto memory = backend_->allocate_memory(length, &address);
@@ -90,18 +134,19 @@ Result<AllocatedRegion> AgentImpl::allocate_memory(size_t length) {
   return AllocatedRegion{state->id, address, length};
 }
 
-Status AgentImpl::deregister_memory(RegionId id) {
+Status Agent::Impl::deregister_memory(RegionId id) {
   auto found = regions_.find(id);
   if (found == regions_.end())
-    return error(Code::NotFound, "agent " + name_ + ": no registered region " + std::to_string(id));
+    return error(Code::NotFound, fmt::format("agent {}: no registered region {}", name_, id));
   if (found->second.use_count() > 1)
-    return error(Code::NotAllowed, "agent " + name_ + ": region " + std::to_string(id) +
-                                       " is used by descriptor lists or requests; release them first");
+    return error(
+        Code::NotAllowed,
+        fmt::format("agent {}: region {} is used by descriptor lists or requests; release them first", name_, id));
   regions_.erase(found);
   return Status::ok();
 }
 
-Result<AgentMetadata> AgentImpl::build_metadata(std::span<const RegionId> ids, bool all) const {
+Result<AgentMetadata> Agent::Impl::build_metadata(std::span<const RegionId> ids, bool all) const {
   AgentMetadata metadata;
   metadata.agent_name = name_;
   metadata.backend_name = backend_->name();
@@ -114,9 +159,9 @@ Result<AgentMetadata> AgentImpl::build_metadata(std::span<const RegionId> ids, b
     for (RegionId id : ids) {
       auto found = regions_.find(id);
       if (found == regions_.end())
-        return error(Code::NotFound, "agent " + name_ + ": cannot export unknown region " + std::to_string(id));
+        return error(Code::NotFound, fmt::format("agent {}: cannot export unknown region {}", name_, id));
       if (!seen.insert(id).second)
-        return error(Code::InvalidArgument, "agent " + name_ + ": region " + std::to_string(id) + " listed twice");
+        return error(Code::InvalidArgument, fmt::format("agent {}: region {} listed twice", name_, id));
       chosen.push_back(found->second.get());
     }
   }
@@ -133,31 +178,33 @@ Result<AgentMetadata> AgentImpl::build_metadata(std::span<const RegionId> ids, b
   return metadata;
 }
 
-Result<std::vector<uint8_t>> AgentImpl::export_metadata() const {
+Result<std::vector<uint8_t>> Agent::Impl::export_metadata() const {
   EPLB_ASSIGN_OR_RETURN(AgentMetadata metadata, build_metadata({}, true));
   return encode_metadata(metadata);
 }
 
-Result<std::vector<uint8_t>> AgentImpl::export_metadata(std::span<const RegionId> regions) const {
+Result<std::vector<uint8_t>> Agent::Impl::export_metadata(std::span<const RegionId> regions) const {
   EPLB_ASSIGN_OR_RETURN(AgentMetadata metadata, build_metadata(regions, false));
   return encode_metadata(metadata);
 }
 
 // Unpacks the keys of regions not yet known; all or nothing.
-Status AgentImpl::add_remote_regions(PeerState& peer, const AgentMetadata& metadata) {
+Status Agent::Impl::add_remote_regions(PeerState& peer, const AgentMetadata& metadata) {
   std::map<uint64_t, RemoteRegionState> added;
   for (const RegionMetadata& region : metadata.regions) {
     auto known = peer.regions.find(region.id);
     if (known != peer.regions.end()) {
       if (known->second.metadata == region) continue;
-      return error(Code::NotAllowed, "agent " + name_ + ": metadata of agent " + peer.name + " changed region " +
-                                         std::to_string(region.id) + " since it was loaded; invalidate_peer(\"" +
-                                         peer.name + "\") first");
+      return error(
+          Code::NotAllowed,
+          fmt::format(
+              "agent {}: metadata of agent {} changed region {} since it was loaded; invalidate_peer(\"{}\") first",
+              name_, peer.name, region.id, peer.name));
     }
     auto key = backend_->unpack_remote_key(*peer.connection, region.packed_key);
     if (!key)
-      return key.status().with_context("agent " + name_ + ": remote key of region " + std::to_string(region.id) +
-                                       " of agent " + peer.name);
+      return key.status().with_context(
+          fmt::format("agent {}: remote key of region {} of agent {}", name_, region.id, peer.name));
     if (map_peer_memory_eagerly_) (*key)->map_eagerly(region.address, region.length);
     added[region.id] = RemoteRegionState{region, std::move(key).value()};
   }
@@ -165,7 +212,7 @@ Status AgentImpl::add_remote_regions(PeerState& peer, const AgentMetadata& metad
   return Status::ok();
 }
 
-Result<std::string> AgentImpl::load_metadata(std::span<const uint8_t> bytes) {
+Result<std::string> Agent::Impl::load_metadata(std::span<const uint8_t> bytes) {
   auto decoded = decode_metadata(bytes);
   if (!decoded) return decoded.status().with_context("agent " + name_ + ": loading peer metadata");
   const AgentMetadata& metadata = *decoded;
@@ -195,7 +242,13 @@ Result<std::string> AgentImpl::load_metadata(std::span<const uint8_t> bytes) {
   return metadata.agent_name;
 }
 
-Status AgentImpl::invalidate_peer(const std::string& name) {
+Result<std::vector<std::string>> Agent::Impl::peer_transports(const std::string& peer) const {
+  auto found = peers_.find(peer);
+  if (found == peers_.end()) return error(Code::NotFound, "agent " + name_ + ": unknown peer " + peer);
+  return backend_->peer_transports(*found->second->connection);
+}
+
+Status Agent::Impl::invalidate_peer(const std::string& name) {
   auto found = peers_.find(name);
   if (found == peers_.end()) return error(Code::NotFound, "agent " + name_ + ": unknown peer " + name);
   // Running transfers against the peer are canceled: their keys go away.

@@ -1,4 +1,5 @@
-// agent_impl.h - the Agent implementation's state. Internal to src/xfer/.
+// agent_impl.h - Agent::Impl, the state behind the Agent handle (pimpl).
+// Internal to src/xfer/.
 //
 // Ownership: the backend outlives everything; requests hold their
 // descriptor lists, lists hold the regions / peer they point into, so a
@@ -68,43 +69,45 @@ struct RequestStateRecord {
   std::unique_ptr<BackendRequest> backend;
 };
 
-class AgentImpl final : public Agent {
+class Agent::Impl {
  public:
-  AgentImpl(std::string name, std::unique_ptr<Backend> backend, bool map_peer_memory_eagerly = false);
-  ~AgentImpl() override;
+  Impl(std::string name, std::unique_ptr<Backend> backend, bool map_peer_memory_eagerly = false);
+  ~Impl();
 
-  const std::string& name() const override { return name_; }
-  std::string backend_name() const override { return backend_->name(); }
+  const std::string& name() const { return name_; }
+  std::string backend_name() const { return backend_->name(); }
+  std::string transports() const { return backend_->transports(); }
+  Result<std::vector<std::string>> peer_transports(const std::string& peer) const;
 
-  Result<RegionId> register_memory(const MemoryRegion& region) override;
-  Status deregister_memory(RegionId region) override;
-  Result<AllocatedRegion> allocate_memory(size_t length) override;
+  Result<RegionId> register_memory(const MemoryRegion& region);
+  Status deregister_memory(RegionId region);
+  Result<AllocatedRegion> allocate_memory(size_t length);
 
-  Result<std::vector<uint8_t>> export_metadata() const override;
-  Result<std::vector<uint8_t>> export_metadata(std::span<const RegionId> regions) const override;
-  Result<std::string> load_metadata(std::span<const uint8_t> metadata) override;
-  Status invalidate_peer(const std::string& peer) override;
-  bool knows_peer(const std::string& peer) const override { return peers_.count(peer) != 0; }
+  Result<std::vector<uint8_t>> export_metadata() const;
+  Result<std::vector<uint8_t>> export_metadata(std::span<const RegionId> regions) const;
+  Result<std::string> load_metadata(std::span<const uint8_t> metadata);
+  Status invalidate_peer(const std::string& peer);
+  bool knows_peer(const std::string& peer) const { return peers_.count(peer) != 0; }
 
-  Result<DescriptorListId> prepare_local(std::span<const Descriptor> descriptors, bool merge) override;
+  Result<DescriptorListId> prepare_local(std::span<const Descriptor> descriptors, bool merge);
   Result<DescriptorListId> prepare_remote(const std::string& peer, std::span<const Descriptor> descriptors,
-                                          bool merge) override;
-  Result<size_t> descriptor_count(DescriptorListId list) const override;
-  Status release_descriptor_list(DescriptorListId list) override;
+                                          bool merge);
+  Result<size_t> descriptor_count(DescriptorListId list) const;
+  Status release_descriptor_list(DescriptorListId list);
 
   Result<RequestId> make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
                                  DescriptorListId remote, std::span<const int> remote_indices,
-                                 const std::string& notification) override;
-  Status post(RequestId request) override;
-  RequestStatus status(RequestId request) override;
-  Status release(RequestId request) override;
-  Status wait(std::span<const RequestId> requests, Deadline deadline) override;
+                                 const std::string& notification);
+  Status post(RequestId request);
+  RequestStatus status(RequestId request);
+  Status release(RequestId request);
+  Status wait(std::span<const RequestId> requests, Deadline deadline);
 
-  Status send_notification(const std::string& peer, const std::string& message) override;
-  std::vector<Notification> take_notifications() override;
-  Result<std::vector<Notification>> wait_notifications(Deadline deadline) override;
+  Status send_notification(const std::string& peer, const std::string& message);
+  std::vector<Notification> take_notifications();
+  Result<std::vector<Notification>> wait_notifications(Deadline deadline);
 
-  void progress() override { backend_->progress(); }
+  void progress() { backend_->progress(); }
 
  private:
   uint64_t next_handle() { return next_handle_++; }

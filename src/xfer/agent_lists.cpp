@@ -1,6 +1,5 @@
 // Agent: descriptor lists, validated against registered regions when prepared.
-#include <cinttypes>
-#include <cstdio>
+#include <fmt/format.h>
 
 #include "agent_impl.h"
 
@@ -8,10 +7,8 @@ namespace eplb::xfer {
 namespace {
 
 std::string describe_descriptor(const char* side, size_t index, const Descriptor& descriptor) {
-  char text[160];
-  std::snprintf(text, sizeof text, "%s descriptor %zu (address 0x%" PRIx64 ", %" PRIu64 " bytes, device %" PRIu32 ")",
-                side, index, descriptor.address, descriptor.length, descriptor.device_id);
-  return text;
+  return fmt::format("{} descriptor {} (address {:#x}, {} bytes, device {})", side, index, descriptor.address,
+                     descriptor.length, descriptor.device_id);
 }
 
 bool contains(uint64_t region_address, uint64_t region_length, const Descriptor& descriptor) {
@@ -44,7 +41,7 @@ void append(std::vector<ListEntry>& entries, const ListEntry& entry, bool merge)
 
 }  // namespace
 
-Result<DescriptorListId> AgentImpl::prepare_local(std::span<const Descriptor> descriptors, bool merge) {
+Result<DescriptorListId> Agent::Impl::prepare_local(std::span<const Descriptor> descriptors, bool merge) {
   if (descriptors.empty()) return error(Code::InvalidArgument, "agent " + name_ + ": empty local descriptor list");
   auto list = std::make_shared<DescriptorListState>();
   list->entries.reserve(descriptors.size());
@@ -63,8 +60,8 @@ Result<DescriptorListId> AgentImpl::prepare_local(std::span<const Descriptor> de
       break;
     }
     if (match == nullptr) {
-      std::string hint = other_device ? " (region " + std::to_string(other_device->id) + " covers it but has device " +
-                                            std::to_string(other_device->region.device_id) + ")"
+      std::string hint = other_device ? fmt::format(" (region {} covers it but has device {})", other_device->id,
+                                                    other_device->region.device_id)
                                       : "";
       return error(Code::NotFound, "agent " + name_ + ": " + describe_descriptor("local", i, descriptor) +
                                        " is not inside one region registered on this agent" + hint);
@@ -77,7 +74,7 @@ Result<DescriptorListId> AgentImpl::prepare_local(std::span<const Descriptor> de
   return id;
 }
 
-Result<DescriptorListId> AgentImpl::prepare_remote(const std::string& peer_name, std::span<const Descriptor> descriptors,
+Result<DescriptorListId> Agent::Impl::prepare_remote(const std::string& peer_name, std::span<const Descriptor> descriptors,
                                                    bool merge) {
   auto found = peers_.find(peer_name);
   if (found == peers_.end())
@@ -105,9 +102,8 @@ Result<DescriptorListId> AgentImpl::prepare_remote(const std::string& peer_name,
       break;
     }
     if (match == nullptr) {
-      std::string hint = other_device ? " (its region " + std::to_string(other_device->metadata.id) +
-                                            " covers it but has device " +
-                                            std::to_string(other_device->metadata.device_id) + ")"
+      std::string hint = other_device ? fmt::format(" (its region {} covers it but has device {})",
+                                                    other_device->metadata.id, other_device->metadata.device_id)
                                       : "";
       return error(Code::NotFound, "agent " + name_ + ": " + describe_descriptor("remote", i, descriptor) +
                                        " is not inside one region agent " + peer_name + " registered" + hint);
@@ -119,26 +115,24 @@ Result<DescriptorListId> AgentImpl::prepare_remote(const std::string& peer_name,
   return id;
 }
 
-Result<size_t> AgentImpl::descriptor_count(DescriptorListId id) const {
+Result<size_t> Agent::Impl::descriptor_count(DescriptorListId id) const {
   auto found = lists_.find(id);
-  if (found == lists_.end())
-    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(id));
+  if (found == lists_.end()) return error(Code::NotFound, fmt::format("agent {}: no descriptor list {}", name_, id));
   return found->second->entries.size();
 }
 
-Status AgentImpl::release_descriptor_list(DescriptorListId id) {
-  if (lists_.erase(id) == 0)
-    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(id));
+Status Agent::Impl::release_descriptor_list(DescriptorListId id) {
+  if (lists_.erase(id) == 0) return error(Code::NotFound, fmt::format("agent {}: no descriptor list {}", name_, id));
   return Status::ok();
 }
 
-bool AgentImpl::is_stale(const DescriptorListState& list) const {
+bool Agent::Impl::is_stale(const DescriptorListState& list) const {
   if (!list.remote) return false;
   auto found = peers_.find(list.peer->name);
   return found == peers_.end() || found->second->generation != list.peer_generation;
 }
 
-Status AgentImpl::stale_list_error(const DescriptorListState& list, const std::string& what) const {
+Status Agent::Impl::stale_list_error(const DescriptorListState& list, const std::string& what) const {
   return error(Code::NotAllowed, "agent " + name_ + ": " + what + " was prepared against agent " + list.peer->name +
                                      " before it was invalidated; load its metadata and prepare the list again");
 }

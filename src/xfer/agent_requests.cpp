@@ -1,4 +1,5 @@
 // Agent: requests (make, post, status, release, wait) and notifications.
+#include <fmt/format.h>
 #include <thread>
 
 #include "agent_impl.h"
@@ -9,7 +10,7 @@ namespace {
 constexpr size_t kMaxListedInTimeout = 16;
 
 std::string plural(size_t count, const char* noun) {
-  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+  return fmt::format("{} {}{}", count, noun, count == 1 ? "" : "s");
 }
 
 // Paces a polling loop: yields at first, then sleeps briefly so a long wait
@@ -43,9 +44,9 @@ Status resolve_indices(const std::string& agent, const char* side, std::span<con
   for (size_t position = 0; position < indices.size(); ++position) {
     int index = indices[position];
     if (index < 0 || static_cast<size_t>(index) >= count)
-      return error(Code::InvalidArgument, "agent " + agent + ": " + side + " index " + std::to_string(index) +
-                                              " at position " + std::to_string(position) +
-                                              " is out of range (the list has " + plural(count, "descriptor") + ")");
+      return error(Code::InvalidArgument,
+                   fmt::format("agent {}: {} index {} at position {} is out of range (the list has {})", agent, side,
+                               index, position, plural(count, "descriptor")));
     out->push_back(static_cast<size_t>(index));
   }
   return Status::ok();
@@ -53,31 +54,32 @@ Status resolve_indices(const std::string& agent, const char* side, std::span<con
 
 }  // namespace
 
-std::string AgentImpl::describe(const RequestStateRecord& request) const {
+std::string Agent::Impl::describe(const RequestStateRecord& request) const {
   return std::string(operation_name(request.op)) + " of " + plural(request.segments.size(), "descriptor") + " (" +
          format_bytes(request.total_bytes) + ") " + (request.op == Operation::Read ? "from" : "to") + " agent " +
          request.remote->peer->name;
 }
 
-Result<RequestId> AgentImpl::make_request(Operation op, DescriptorListId local_id, std::span<const int> local_indices,
+Result<RequestId> Agent::Impl::make_request(Operation op, DescriptorListId local_id, std::span<const int> local_indices,
                                           DescriptorListId remote_id, std::span<const int> remote_indices,
                                           const std::string& notification) {
   if (op != Operation::Read && op != Operation::Write)
-    return error(Code::InvalidArgument,
-                 "agent " + name_ + ": unknown operation " + std::to_string(static_cast<int>(op)));
+    return error(Code::InvalidArgument, fmt::format("agent {}: unknown operation {}", name_, static_cast<int>(op)));
   auto local = lists_.find(local_id);
   if (local == lists_.end())
-    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(local_id));
+    return error(Code::NotFound, fmt::format("agent {}: no descriptor list {}", name_, local_id));
   auto remote = lists_.find(remote_id);
   if (remote == lists_.end())
-    return error(Code::NotFound, "agent " + name_ + ": no descriptor list " + std::to_string(remote_id));
+    return error(Code::NotFound, fmt::format("agent {}: no descriptor list {}", name_, remote_id));
   if (local->second->remote)
-    return error(Code::InvalidArgument, "agent " + name_ + ": descriptor list " + std::to_string(local_id) +
-                                            " is a remote list, the local side needs a local one");
+    return error(Code::InvalidArgument,
+                 fmt::format("agent {}: descriptor list {} is a remote list, the local side needs a local one", name_,
+                             local_id));
   if (!remote->second->remote)
-    return error(Code::InvalidArgument, "agent " + name_ + ": descriptor list " + std::to_string(remote_id) +
-                                            " is a local list, the remote side needs a remote one");
-  if (is_stale(*remote->second)) return stale_list_error(*remote->second, "descriptor list " + std::to_string(remote_id));
+    return error(Code::InvalidArgument,
+                 fmt::format("agent {}: descriptor list {} is a local list, the remote side needs a remote one", name_,
+                             remote_id));
+  if (is_stale(*remote->second)) return stale_list_error(*remote->second, fmt::format("descriptor list {}", remote_id));
 
   const auto& local_entries = local->second->entries;
   const auto& remote_entries = remote->second->entries;
@@ -98,10 +100,9 @@ Result<RequestId> AgentImpl::make_request(Operation op, DescriptorListId local_i
     const ListEntry& l = local_entries[local_picked[i]];
     const ListEntry& r = remote_entries[remote_picked[i]];
     if (l.length != r.length)
-      return error(Code::InvalidArgument, "agent " + name_ + ": pair " + std::to_string(i) + ": local descriptor " +
-                                              std::to_string(local_picked[i]) + " has " + std::to_string(l.length) +
-                                              " bytes but remote descriptor " + std::to_string(remote_picked[i]) +
-                                              " has " + std::to_string(r.length));
+      return error(Code::InvalidArgument,
+                   fmt::format("agent {}: pair {}: local descriptor {} has {} bytes but remote descriptor {} has {}",
+                               name_, i, local_picked[i], l.length, remote_picked[i], r.length));
     request->segments.push_back(
         TransferSegment{reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(l.address)), l.local_memory, r.address,
                         r.remote_key, l.length});
@@ -112,7 +113,7 @@ Result<RequestId> AgentImpl::make_request(Operation op, DescriptorListId local_i
   return id;
 }
 
-Status AgentImpl::fail_request(RequestStateRecord& request, const Status& backend_failure) {
+Status Agent::Impl::fail_request(RequestStateRecord& request, const Status& backend_failure) {
   request.backend.reset();
   request.phase = RequestPhase::Failed;
   Code code = backend_failure.is_ok() ? Code::Internal : backend_failure.code();
@@ -122,14 +123,16 @@ Status AgentImpl::fail_request(RequestStateRecord& request, const Status& backen
   return request.failure;
 }
 
-Status AgentImpl::post(RequestId id) {
+Status Agent::Impl::post(RequestId id) {
   auto found = requests_.find(id);
-  if (found == requests_.end()) return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id));
+  if (found == requests_.end()) return error(Code::NotFound, fmt::format("agent {}: no request {}", name_, id));
   RequestStateRecord& request = *found->second;
   if (request.phase == RequestPhase::InProgress)
-    return error(Code::NotAllowed, "agent " + name_ + ": request " + std::to_string(id) + " (" + describe(request) +
-                                       ") is still in progress; wait for it or release it before posting again");
-  if (is_stale(*request.remote)) return stale_list_error(*request.remote, "request " + std::to_string(id));
+    return error(
+        Code::NotAllowed,
+        fmt::format("agent {}: request {} ({}) is still in progress; wait for it or release it before posting again",
+                    name_, id, describe(request)));
+  if (is_stale(*request.remote)) return stale_list_error(*request.remote, fmt::format("request {}", id));
   request.failure = Status::ok();
   request.since_post.reset();
   auto posted = backend_->post(request.op, *request.remote->peer->connection, request.segments, name_,
@@ -140,7 +143,7 @@ Status AgentImpl::post(RequestId id) {
   return Status::ok();
 }
 
-void AgentImpl::poll(RequestStateRecord& request) {
+void Agent::Impl::poll(RequestStateRecord& request) {
   if (request.phase != RequestPhase::InProgress || !request.backend) return;
   Status failure;
   switch (request.backend->poll(&failure)) {
@@ -153,10 +156,10 @@ void AgentImpl::poll(RequestStateRecord& request) {
   }
 }
 
-RequestStatus AgentImpl::status(RequestId id) {
+RequestStatus Agent::Impl::status(RequestId id) {
   auto found = requests_.find(id);
   if (found == requests_.end())
-    return {RequestState::Failed, error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id))};
+    return {RequestState::Failed, error(Code::NotFound, fmt::format("agent {}: no request {}", name_, id))};
   RequestStateRecord& request = *found->second;
   if (request.phase == RequestPhase::InProgress) {
     poll(request);  // often done already (a transfer served inline)
@@ -167,8 +170,8 @@ RequestStatus AgentImpl::status(RequestId id) {
   }
   switch (request.phase) {
     case RequestPhase::Idle:
-      return {RequestState::Failed, error(Code::NotAllowed, "agent " + name_ + ": request " + std::to_string(id) +
-                                                                 " (" + describe(request) + ") was never posted")};
+      return {RequestState::Failed, error(Code::NotAllowed, fmt::format("agent {}: request {} ({}) was never posted",
+                                                                        name_, id, describe(request)))};
     case RequestPhase::InProgress: return {RequestState::InProgress, Status::ok()};
     case RequestPhase::Done: return {RequestState::Done, Status::ok()};
     case RequestPhase::Failed: return {RequestState::Failed, request.failure};
@@ -176,23 +179,23 @@ RequestStatus AgentImpl::status(RequestId id) {
   return {RequestState::Failed, error(Code::Internal, "request in an unknown phase")};
 }
 
-Status AgentImpl::release(RequestId id) {
+Status Agent::Impl::release(RequestId id) {
   auto found = requests_.find(id);
   if (found == requests_.end())
-    return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id) + " (released already?)");
+    return error(Code::NotFound, fmt::format("agent {}: no request {} (released already?)", name_, id));
   requests_.erase(found);  // destroying the backend request cancels it
   return Status::ok();
 }
 
-Status AgentImpl::wait(std::span<const RequestId> ids, Deadline deadline) {
+Status Agent::Impl::wait(std::span<const RequestId> ids, Deadline deadline) {
   std::vector<RequestStateRecord*> waiting;
   waiting.reserve(ids.size());
   for (RequestId id : ids) {
     auto found = requests_.find(id);
-    if (found == requests_.end()) return error(Code::NotFound, "agent " + name_ + ": no request " + std::to_string(id));
+    if (found == requests_.end()) return error(Code::NotFound, fmt::format("agent {}: no request {}", name_, id));
     if (found->second->phase == RequestPhase::Idle)
-      return error(Code::NotAllowed, "agent " + name_ + ": request " + std::to_string(id) + " (" +
-                                         describe(*found->second) + ") was never posted");
+      return error(Code::NotAllowed,
+                   fmt::format("agent {}: request {} ({}) was never posted", name_, id, describe(*found->second)));
     waiting.push_back(found->second.get());
   }
   Stopwatch waited;
@@ -215,16 +218,16 @@ Status AgentImpl::wait(std::span<const RequestId> ids, Deadline deadline) {
     if (waiting[i]->phase != RequestPhase::InProgress) continue;
     if (++pending > kMaxListedInTimeout) continue;
     if (!listed.empty()) listed += ", ";
-    listed += "request " + std::to_string(ids[i]) + " (" + describe(*waiting[i]) + ", posted " +
-              format_seconds(waiting[i]->since_post.seconds()) + " ago)";
+    listed += fmt::format("request {} ({}, posted {} ago)", ids[i], describe(*waiting[i]),
+                          format_seconds(waiting[i]->since_post.seconds()));
   }
-  if (pending > kMaxListedInTimeout) listed += " and " + std::to_string(pending - kMaxListedInTimeout) + " more";
-  return error(Code::Timeout, "agent " + name_ + ": wait timed out after " + format_seconds(waited.seconds()) +
-                                  " with " + std::to_string(pending) + " of " + plural(waiting.size(), "request") +
-                                  " still in progress: " + listed);
+  if (pending > kMaxListedInTimeout) listed += fmt::format(" and {} more", pending - kMaxListedInTimeout);
+  return error(Code::Timeout,
+               fmt::format("agent {}: wait timed out after {} with {} of {} still in progress: {}", name_,
+                           format_seconds(waited.seconds()), pending, plural(waiting.size(), "request"), listed));
 }
 
-Status AgentImpl::send_notification(const std::string& peer, const std::string& message) {
+Status Agent::Impl::send_notification(const std::string& peer, const std::string& message) {
   auto found = peers_.find(peer);
   if (found == peers_.end())
     return error(Code::NotFound, "agent " + name_ + ": unknown peer " + peer + " (load its metadata first)");
@@ -234,12 +237,12 @@ Status AgentImpl::send_notification(const std::string& peer, const std::string& 
                                 std::string(code_name(sent.code())) + " (" + sent.message() + ")");
 }
 
-std::vector<Notification> AgentImpl::take_notifications() {
+std::vector<Notification> Agent::Impl::take_notifications() {
   backend_->progress();
   return backend_->take_notifications();
 }
 
-Result<std::vector<Notification>> AgentImpl::wait_notifications(Deadline deadline) {
+Result<std::vector<Notification>> Agent::Impl::wait_notifications(Deadline deadline) {
   Stopwatch waited;
   Pacer pacer(deadline);
   for (;;) {

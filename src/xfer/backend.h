@@ -66,6 +66,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // What moves the bytes, for reports (see Agent::transports()).
+  virtual std::string transports() const { return name(); }
+  // The transports the connection to `peer` uses (UCX: its lanes).
+  virtual std::vector<std::string> peer_transports(BackendPeer& peer) const { return {name()}; }
   // Bytes a peer needs to connect to us (e.g. the UCX worker address).
   virtual std::vector<uint8_t> connection_info() const = 0;
 

@@ -15,12 +15,15 @@
 // WRITE lands the data, then writes one flipped byte over the remote copy
 // from a scratch buffer (the source stays intact); the notification, if
 // any, goes with that second write.
-#include <charconv>
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
 
 #include "backend.h"
+#include "common/text.h"
 
 namespace eplb::xfer {
 namespace {
@@ -32,55 +35,52 @@ struct FaultSpec {
   uint64_t seed = 0;
 };
 
-Status bad_value(const std::string& spec, const std::string& key, const std::string& value, const char* expected) {
-  return error(Code::InvalidArgument, "fault spec '" + spec + "': bad value '" + value + "' for key '" + key +
-                                          "' (expected " + expected + ")");
+Status bad_value(const std::string& spec, std::string_view key, std::string_view value, const char* expected) {
+  return error(Code::InvalidArgument,
+               fmt::format("fault spec '{}': bad value '{}' for key '{}' (expected {})", spec, value, key, expected));
+}
+
+// One key=value item into `parsed`.
+Status parse_fault_item(const std::string& spec, std::string_view key, std::string_view value, FaultSpec& parsed) {
+  if (key == "err" || key == "stall" || key == "corrupt") {
+    auto probability = text::parse_double(value, key);
+    if (!probability || !(*probability >= 0.0 && *probability <= 1.0))
+      return bad_value(spec, key, value, "a probability in [0, 1]");
+    (key == "err" ? parsed.err : key == "stall" ? parsed.stall : parsed.corrupt) = *probability;
+    return Status::ok();
+  }
+  if (key != "delay_ms" && key != "disconnect_after" && key != "seed")
+    return error(Code::InvalidArgument, fmt::format("fault spec '{}': unknown key '{}' (known: err, stall, corrupt, "
+                                                    "delay_ms, disconnect_after, seed)",
+                                                    spec, key));
+  auto number = text::parse_uint(value, key);
+  if (!number) return bad_value(spec, key, value, "a non-negative integer");
+  if (key == "delay_ms") {
+    if (*number > 3600 * 1000) return bad_value(spec, key, value, "at most 3600000 ms");
+    parsed.delay_ms = *number;
+  } else if (key == "disconnect_after") {
+    parsed.disconnect_after = *number;
+  } else {
+    parsed.seed = *number;
+  }
+  return Status::ok();
 }
 
 Result<FaultSpec> parse_fault_spec(const std::string& spec) {
   FaultSpec parsed;
-  std::vector<std::string> seen;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t end = spec.find(',', start);
-    if (end == std::string::npos) end = spec.size();
-    std::string item = spec.substr(start, end - start);
-    start = end + 1;
+  std::vector<std::string_view> seen;
+  for (std::string_view item : text::split(spec, ',')) {
     size_t equals = item.find('=');
-    if (item.empty() || equals == std::string::npos)
-      return error(Code::InvalidArgument, "fault spec '" + spec + "': item '" + item + "' is not key=value");
-    std::string key = item.substr(0, equals), value = item.substr(equals + 1);
-    for (const std::string& other : seen)
-      if (other == key) return error(Code::InvalidArgument, "fault spec '" + spec + "': key '" + key + "' repeated");
+    if (item.empty() || equals == std::string_view::npos)
+      return error(Code::InvalidArgument, fmt::format("fault spec '{}': item '{}' is not key=value", spec, item));
+    std::string_view key = item.substr(0, equals), value = item.substr(equals + 1);
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      return error(Code::InvalidArgument, fmt::format("fault spec '{}': key '{}' repeated", spec, key));
     seen.push_back(key);
-    const char* first = value.data();
-    const char* last = value.data() + value.size();
-    if (key == "err" || key == "stall" || key == "corrupt") {
-      double probability = -1;
-      auto [end_ptr, ec] = std::from_chars(first, last, probability);
-      if (value.empty() || ec != std::errc() || end_ptr != last || !(probability >= 0.0 && probability <= 1.0))
-        return bad_value(spec, key, value, "a probability in [0, 1]");
-      (key == "err" ? parsed.err : key == "stall" ? parsed.stall : parsed.corrupt) = probability;
-    } else if (key == "delay_ms" || key == "disconnect_after" || key == "seed") {
-      uint64_t number = 0;
-      auto [end_ptr, ec] = std::from_chars(first, last, number);
-      if (value.empty() || ec != std::errc() || end_ptr != last)
-        return bad_value(spec, key, value, "a non-negative integer");
-      if (key == "delay_ms") {
-        if (number > 3600 * 1000) return bad_value(spec, key, value, "at most 3600000 ms");
-        parsed.delay_ms = number;
-      } else if (key == "disconnect_after") {
-        parsed.disconnect_after = number;
-      } else {
-        parsed.seed = number;
-      }
-    } else {
-      return error(Code::InvalidArgument, "fault spec '" + spec + "': unknown key '" + key +
-                                              "' (known: err, stall, corrupt, delay_ms, disconnect_after, seed)");
-    }
+    EPLB_TRY(parse_fault_item(spec, key, value, parsed));
   }
   if (parsed.err + parsed.stall + parsed.corrupt > 1.0 + 1e-12)
-    return error(Code::InvalidArgument, "fault spec '" + spec + "': err + stall + corrupt exceeds 1");
+    return error(Code::InvalidArgument, fmt::format("fault spec '{}': err + stall + corrupt exceeds 1", spec));
   return parsed;
 }
 
@@ -184,6 +184,7 @@ class FaultyBackend final : public Backend {
       : inner_(std::move(inner)), spec_(spec), random_state_(spec.seed) {}
 
   std::string name() const override { return inner_->name(); }
+  std::string transports() const override { return inner_->transports() + " (with fault injection)"; }
   std::vector<uint8_t> connection_info() const override { return inner_->connection_info(); }
   Result<std::unique_ptr<BackendMemory>> register_memory(const MemoryRegion& region) override {
     return inner_->register_memory(region);

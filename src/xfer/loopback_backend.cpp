@@ -10,7 +10,10 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "backend.h"
+#include "common/bytes.h"
 
 namespace eplb::xfer {
 namespace {
@@ -33,14 +36,7 @@ LoopbackRegistry& registry() {
   return *instance;
 }
 
-void put_u64(std::vector<uint8_t>& out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
-uint64_t get_u64(const uint8_t* in) {
-  uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value |= static_cast<uint64_t>(in[i]) << (8 * i);
-  return value;
-}
+uint64_t get_u64(const uint8_t* in) { return bytes::load<uint64_t>(in); }
 
 struct RegisteredRange {
   uint64_t address = 0;
@@ -63,12 +59,13 @@ class LoopbackMemory final : public BackendMemory {
     state_->registrations.erase(registration_);
   }
   std::vector<uint8_t> packed_remote_key() const override {
-    std::vector<uint8_t> key(kKeyMagic, kKeyMagic + 4);
-    put_u64(key, instance_);
-    put_u64(key, registration_);
-    put_u64(key, range_.address);
-    put_u64(key, range_.length);
-    return key;
+    bytes::Writer key;
+    key.raw(std::string_view(reinterpret_cast<const char*>(kKeyMagic), 4));
+    key.u64(instance_);
+    key.u64(registration_);
+    key.u64(range_.address);
+    key.u64(range_.length);
+    return key.take_vector();
   }
 
  private:
@@ -104,13 +101,14 @@ class LoopbackBackend final : public Backend {
   InstanceState& state() { return state_; }
 
   std::string name() const override { return "loopback"; }
+  std::string transports() const override { return "loopback: in-process copies"; }
 
   std::vector<uint8_t> connection_info() const override {
-    std::vector<uint8_t> info(kConnectionMagic, kConnectionMagic + 4);
-    uint32_t pid = static_cast<uint32_t>(getpid());
-    for (int i = 0; i < 4; ++i) info.push_back(static_cast<uint8_t>(pid >> (8 * i)));
-    put_u64(info, instance_);
-    return info;
+    bytes::Writer info;
+    info.raw(std::string_view(reinterpret_cast<const char*>(kConnectionMagic), 4));
+    info.u32(static_cast<uint32_t>(getpid()));
+    info.u64(instance_);
+    return info.take_vector();
   }
 
   Result<std::unique_ptr<BackendMemory>> register_memory(const MemoryRegion& region) override {
@@ -124,20 +122,20 @@ class LoopbackBackend final : public Backend {
   Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
                                                std::span<const uint8_t> info) override {
     if (info.size() != kConnectionInfoLength || std::memcmp(info.data(), kConnectionMagic, 4) != 0)
-      return error(Code::Mismatch, "loopback: connection info of agent " + peer_name + " is not a loopback address (" +
-                                       std::to_string(info.size()) + " bytes)");
-    uint32_t pid = 0;
-    for (int i = 0; i < 4; ++i) pid |= static_cast<uint32_t>(info[4 + i]) << (8 * i);
+      return error(Code::Mismatch, fmt::format("loopback: connection info of agent {} is not a loopback address ({} "
+                                               "bytes)",
+                                               peer_name, info.size()));
+    const uint32_t pid = bytes::load<uint32_t>(info.data() + 4);
     if (pid != static_cast<uint32_t>(getpid()))
-      return error(Code::Unsupported, "loopback: agent " + peer_name + " lives in process " + std::to_string(pid) +
-                                          ", this is process " + std::to_string(getpid()) +
-                                          "; the loopback backend only connects agents of one process (use ucx)");
+      return error(Code::Unsupported, fmt::format("loopback: agent {} lives in process {}, this is process {}; the "
+                                                  "loopback backend only connects agents of one process (use ucx)",
+                                                  peer_name, pid, getpid()));
     uint64_t instance = get_u64(info.data() + 8);
     {
       std::lock_guard lock(registry().mutex);
       if (registry().live.count(instance) == 0)
         return error(Code::RemoteDisconnect,
-                     "loopback: agent " + peer_name + " (instance " + std::to_string(instance) + ") no longer exists");
+                     fmt::format("loopback: agent {} (instance {}) no longer exists", peer_name, instance));
     }
     auto peer = std::make_unique<LoopbackPeer>();
     peer->name = peer_name;
@@ -149,7 +147,7 @@ class LoopbackBackend final : public Backend {
                                                               std::span<const uint8_t> packed) override {
     auto& loopback_peer = static_cast<LoopbackPeer&>(peer);
     if (packed.size() != kKeyLength || std::memcmp(packed.data(), kKeyMagic, 4) != 0)
-      return error(Code::Mismatch, "loopback: malformed remote key (" + std::to_string(packed.size()) + " bytes)");
+      return error(Code::Mismatch, fmt::format("loopback: malformed remote key ({} bytes)", packed.size()));
     if (get_u64(packed.data() + 4) != loopback_peer.instance)
       return error(Code::Mismatch, "loopback: remote key belongs to another agent than " + loopback_peer.name);
     auto key = std::make_unique<LoopbackKey>();

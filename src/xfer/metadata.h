@@ -2,7 +2,7 @@
 // Internal to src/xfer/.
 //
 // Layout (all integers little-endian):
-//   magic "EPXM" (4) | version u16 (=1) | flags u16 (=0) | total length u32
+//   magic "EPXM" (4) | version u16 (=2) | flags u16 (=0) | total length u32
 //   agent name      u16 length + bytes (1..255, no NUL)
 //   backend name    u16 length + bytes (1..64)
 //   connection info u32 length + bytes (<= 1 MiB)
@@ -10,7 +10,7 @@
 //   per region: id u64 (!= 0) | address u64 | length u64 (> 0, no overflow)
 //               | kind u8 (0 host, 1 device) | device id u32
 //               | packed key u32 length + bytes (<= 64 KiB)
-//   checksum u64 (FNV-1a 64 of every byte before it)
+//   checksum u64 (XXH3-64 of every byte before it)
 // decode_metadata() treats its input as untrusted: every length is checked
 // against the remaining bytes and its maximum; any violation is Mismatch
 // naming the field and its byte offset.
@@ -26,7 +26,7 @@
 
 namespace eplb::xfer {
 
-inline constexpr uint16_t kMetadataVersion = 1;
+inline constexpr uint16_t kMetadataVersion = 2;  // 2: XXH3 checksum (1 had FNV-1a)
 inline constexpr size_t kMaxAgentNameLength = 255;
 inline constexpr size_t kMaxBackendNameLength = 64;
 inline constexpr size_t kMaxConnectionInfoLength = 1u << 20;
@@ -58,7 +58,7 @@ struct AgentMetadata {
 Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata);
 Result<AgentMetadata> decode_metadata(std::span<const uint8_t> bytes);
 
-// FNV-1a 64 over `bytes` (the format's checksum; exposed for tests/fuzzer).
+// XXH3-64 over `bytes` (the format's checksum; exposed for tests/fuzzer).
 uint64_t metadata_checksum(std::span<const uint8_t> bytes);
 
 }  // namespace eplb::xfer

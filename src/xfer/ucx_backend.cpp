@@ -2,8 +2,9 @@
 // memory registration, remote keys and notifications over active messages.
 // The transfer requests themselves live in ucx_request.cpp.
 //
-// Transport selection is UCX's own: UCX_TLS (e.g. "posix,sysv,cma,self" for
-// shared memory, "tcp,self" with UCX_NET_DEVICES=lo for TCP on loopback).
+// Transports: AgentConfig::transports and net_devices are set in UCX's
+// configuration (ucp_config_modify of TLS and NET_DEVICES) unless UCX_TLS or
+// UCX_NET_DEVICES is set in the environment, which wins.
 // Unless UCX_KEEPALIVE_INTERVAL is set, the keepalive interval is lowered to
 // 1 s so that a dead peer on a quiet transport is noticed within seconds.
 #include <sys/mman.h>
@@ -12,11 +13,17 @@
 #define MADV_POPULATE_READ 22  // Linux 5.14
 #endif
 
+#include <fmt/format.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include <ucs/config/global_opts.h>
 
+#include "common/bytes.h"
+#include "common/text.h"
 #include "eplb/common.h"
 #include "ucx_internal.h"
 
@@ -122,12 +129,10 @@ void UcxRemoteKey::map_eagerly(uint64_t address, uint64_t length) {
 }
 
 std::vector<uint8_t> encode_notification(const std::string& sender, const std::string& message) {
-  std::vector<uint8_t> payload(4 + sender.size() + message.size());
-  const auto length = static_cast<uint32_t>(sender.size());
-  for (int i = 0; i < 4; ++i) payload[i] = static_cast<uint8_t>(length >> (8 * i));
-  if (!sender.empty()) std::memcpy(payload.data() + 4, sender.data(), sender.size());
-  if (!message.empty()) std::memcpy(payload.data() + 4 + sender.size(), message.data(), message.size());
-  return payload;
+  bytes::Writer payload;
+  payload.blob<uint32_t>(sender);
+  payload.raw(message);
+  return payload.take_vector();
 }
 
 ucs_status_ptr_t send_notification_am(UcxPeerState& peer, const std::vector<uint8_t>& payload) {
@@ -139,6 +144,28 @@ ucs_status_ptr_t send_notification_am(UcxPeerState& peer, const std::vector<uint
 
 namespace {
 
+// The transports of an endpoint's lanes ("cma", "posix", ...), sorted, from
+// UCX's own description of the endpoint (ucp_ep_print_info); lines read:
+//   lane[3]:  3:cma/memory.0 md[3]  -> md[3]/cma/sysdev[255] rma_bw#0
+std::vector<std::string> endpoint_transports(ucp_ep_h endpoint) {
+  std::set<std::string> found;
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* stream = open_memstream(&text, &length);
+  if (stream == nullptr || endpoint == nullptr) return {};
+  ucp_ep_print_info(endpoint, stream);
+  std::fclose(stream);
+  for (std::string_view line : text::split(std::string_view(text, length), '\n')) {
+    size_t lane = line.find("lane[");
+    size_t colon = lane == std::string_view::npos ? lane : line.find(':', line.find("]:", lane) + 2);
+    if (colon == std::string_view::npos) continue;
+    size_t slash = line.find('/', colon);
+    if (slash != std::string_view::npos) found.emplace(line.substr(colon + 1, slash - colon - 1));
+  }
+  std::free(text);
+  return {found.begin(), found.end()};
+}
+
 // Untrusted bytes from a peer: length-checked before anything is read.
 ucs_status_t on_notification(void* arg, const void* header, size_t header_length, void* data, size_t length,
                              const ucp_am_recv_param_t* param) {
@@ -149,16 +176,15 @@ ucs_status_t on_notification(void* arg, const void* header, size_t header_length
     // For a rendezvous descriptor an error status drops it; otherwise UCS_OK.
     return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 ? UCS_ERR_UNSUPPORTED : UCS_OK;
   }
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  uint32_t name_length = 0;
-  for (int i = 0; i < 4; ++i) name_length |= static_cast<uint32_t>(bytes[i]) << (8 * i);
-  if (name_length > length - 4) {
+  bytes::Reader reader(std::span<const uint8_t>(static_cast<const uint8_t*>(data), length));
+  std::string_view sender = reader.blob<uint32_t>(length);
+  if (!reader.ok()) {
     ++state->dropped_notifications;
     return UCS_OK;
   }
   Notification notification;
-  notification.peer.assign(reinterpret_cast<const char*>(bytes + 4), name_length);
-  notification.message.assign(reinterpret_cast<const char*>(bytes + 4 + name_length), length - 4 - name_length);
+  notification.peer.assign(sender);
+  notification.message.assign(reader.raw(reader.remaining()));
   state->notifications.push_back(std::move(notification));
   return UCS_OK;
 }
@@ -179,10 +205,15 @@ constexpr size_t kMaxConnectionInfoBytes = 1 << 16;
 
 class UcxBackend final : public Backend {
  public:
-  explicit UcxBackend(std::shared_ptr<UcxWorkerState> state, std::vector<uint8_t> address)
-      : state_(std::move(state)), address_(std::move(address)) {}
+  UcxBackend(std::shared_ptr<UcxWorkerState> state, std::vector<uint8_t> address, std::string transports)
+      : state_(std::move(state)), address_(std::move(address)), transports_(std::move(transports)) {}
 
   std::string name() const override { return "ucx"; }
+  std::string transports() const override { return transports_; }
+  std::vector<std::string> peer_transports(BackendPeer& peer) const override {
+    auto* ucx_peer = dynamic_cast<UcxPeer*>(&peer);
+    return ucx_peer ? endpoint_transports(ucx_peer->state()->endpoint) : std::vector<std::string>{};
+  }
   std::vector<uint8_t> connection_info() const override { return address_; }
 
   Result<std::unique_ptr<BackendMemory>> register_memory(const MemoryRegion& region) override {
@@ -245,10 +276,10 @@ class UcxBackend final : public Backend {
   Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
                                                std::span<const uint8_t> connection_info) override {
     if (connection_info.empty() || connection_info.size() > kMaxConnectionInfoBytes) {
-      return error(Code::Mismatch, "ucx backend: connection info of peer " + peer_name + " has " +
-                                       std::to_string(connection_info.size()) +
-                                       " bytes, expected a UCX worker address of 1.." +
-                                       std::to_string(kMaxConnectionInfoBytes));
+      return error(
+          Code::Mismatch,
+          fmt::format("ucx backend: connection info of peer {} has {} bytes, expected a UCX worker address of 1..{}",
+                      peer_name, connection_info.size(), kMaxConnectionInfoBytes));
     }
     // UCX parses the address itself; give it an aligned private copy.
     std::vector<uint64_t> address((connection_info.size() + 7) / 8 + 1, 0);
@@ -299,8 +330,8 @@ class UcxBackend final : public Backend {
     if (ucx_peer == nullptr) return error(Code::Internal, "ucx backend: peer handle of another backend");
     const auto& state = ucx_peer->state();
     if (packed_key.empty() || packed_key.size() > kMaxConnectionInfoBytes) {
-      return error(Code::Mismatch, "ucx backend: packed remote key of peer " + state->name + " has " +
-                                       std::to_string(packed_key.size()) + " bytes");
+      return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} has {} bytes", state->name,
+                                               packed_key.size()));
     }
     // The packed key carries no length of its own: a zero tail keeps a
     // truncated key from making UCX read past our copy.
@@ -386,59 +417,98 @@ class UcxBackend final : public Backend {
  private:
   std::shared_ptr<UcxWorkerState> state_;
   std::vector<uint8_t> address_;
+  std::string transports_;
 };
+
+}  // namespace
+}  // namespace ucx
+
+namespace ucx {
+namespace {
+
+// Sets UCX_<name> in `config` to AgentConfig's `chosen` value unless the
+// environment sets it (the user's choice wins); returns where the value came
+// from, for the report ("UCX_TLS=tcp,self (AgentConfig)"), or "" when unset.
+Result<std::string> apply_setting(ucp_config_t* config, const char* name, const std::string& chosen) {
+  const std::string variable = fmt::format("UCX_{}", name);
+  if (const char* set = std::getenv(variable.c_str()); set != nullptr)
+    return fmt::format("{}={} (environment)", variable, set);
+  if (chosen.empty()) return std::string();
+  ucs_status_t status = ucp_config_modify(config, name, chosen.c_str());
+  if (status != UCS_OK)
+    return Status(Code::InvalidArgument, fmt::format("{}={}: {}", variable, chosen, ucx_text(status)));
+  return fmt::format("{}={} (AgentConfig)", variable, chosen);
+}
+
+// UCX's configuration from the environment plus the agent's choices.
+Result<ucp_config_t*> read_config(const AgentConfig& agent, std::string* description) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) return status_for(status, "ucp_config_read (check the UCX_* environment)");
+  if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+  auto tls = apply_setting(config, "TLS", agent.transports);
+  auto devices = tls ? apply_setting(config, "NET_DEVICES", agent.net_devices) : tls;
+  if (!devices) {
+    ucp_config_release(config);
+    return devices.status().with_context("agent " + agent.name);
+  }
+  *description = fmt::format("ucx: {}{}{}", tls->empty() ? "UCX_TLS unset (UCX's default)" : *tls,
+                             devices->empty() ? "" : ", ", *devices);
+  return config;
+}
+
+Status create_worker(UcxWorkerState& state, const std::string& name) {
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucs_status_t status = ucp_worker_create(state.context, &worker_params, &state.worker);
+  if (status != UCS_OK) {
+    state.worker = nullptr;
+    return status_for(status, "ucp_worker_create for agent " + name);
+  }
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  handler.id = kNotificationAmId;
+  handler.cb = on_notification;
+  handler.arg = &state;
+  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+  status = ucp_worker_set_am_recv_handler(state.worker, &handler);
+  if (status != UCS_OK) return status_for(status, "ucp_worker_set_am_recv_handler");
+  return Status::ok();
+}
+
+Result<std::vector<uint8_t>> worker_address(UcxWorkerState& state) {
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  ucs_status_t status = ucp_worker_get_address(state.worker, &address, &address_length);
+  if (status != UCS_OK) return status_for(status, "ucp_worker_get_address");
+  std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(address), reinterpret_cast<uint8_t*>(address) + address_length);
+  ucp_worker_release_address(state.worker, address);
+  return bytes;
+}
 
 }  // namespace
 }  // namespace ucx
 
 Result<std::unique_ptr<Backend>> make_ucx_backend(const AgentConfig& config) {
   using namespace ucx;
-  ucp_config_t* ucx_config = nullptr;
-  ucs_status_t status = ucp_config_read(nullptr, nullptr, &ucx_config);
-  if (status != UCS_OK) return status_for(status, "ucp_config_read (check the UCX_* environment)");
-  if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
-    (void)ucp_config_modify(ucx_config, "KEEPALIVE_INTERVAL", "1s");
-  }
-
+  std::string description;
+  EPLB_ASSIGN_OR_RETURN(ucp_config_t* ucx_config, read_config(config, &description));
   auto state = std::make_shared<UcxWorkerState>();
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
   params.name = config.name.c_str();
-  status = ucp_init(&params, ucx_config, &state->context);
+  ucs_status_t status = ucp_init(&params, ucx_config, &state->context);
   ucp_config_release(ucx_config);
   if (status != UCS_OK) {
     state->context = nullptr;
-    return status_for(status, "ucp_init for agent " + config.name + " (check UCX_TLS)");
+    return status_for(status, fmt::format("ucp_init for agent {} ({})", config.name, description));
   }
-
-  ucp_worker_params_t worker_params{};
-  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-  status = ucp_worker_create(state->context, &worker_params, &state->worker);
-  if (status != UCS_OK) {
-    state->worker = nullptr;
-    return status_for(status, "ucp_worker_create for agent " + config.name);
-  }
-
-  ucp_am_handler_param_t handler{};
-  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                       UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-  handler.id = kNotificationAmId;
-  handler.cb = on_notification;
-  handler.arg = state.get();
-  handler.flags = UCP_AM_FLAG_WHOLE_MSG;
-  status = ucp_worker_set_am_recv_handler(state->worker, &handler);
-  if (status != UCS_OK) return status_for(status, "ucp_worker_set_am_recv_handler");
-
-  ucp_address_t* address = nullptr;
-  size_t address_length = 0;
-  status = ucp_worker_get_address(state->worker, &address, &address_length);
-  if (status != UCS_OK) return status_for(status, "ucp_worker_get_address");
-  std::vector<uint8_t> address_bytes(reinterpret_cast<uint8_t*>(address),
-                                     reinterpret_cast<uint8_t*>(address) + address_length);
-  ucp_worker_release_address(state->worker, address);
-  return std::unique_ptr<Backend>(std::make_unique<UcxBackend>(std::move(state), std::move(address_bytes)));
+  EPLB_TRY(create_worker(*state, config.name));
+  EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> address, worker_address(*state));
+  return std::unique_ptr<Backend>(std::make_unique<UcxBackend>(std::move(state), std::move(address), description));
 }
 
 }  // namespace eplb::xfer

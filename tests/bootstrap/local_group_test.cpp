@@ -227,9 +227,11 @@ TEST_F(LocalGroupTest, OptionsFromEnvironment) {
     EXPECT_EQ(options.status().code(), Code::InvalidArgument);
     EXPECT_NE(options.status().message().find(needle), std::string::npos) << options.status().to_string();
   };
-  expect_invalid({{"EPLB_RANK", "4"}, {"EPLB_SIZE", "4"}, {"EPLB_BOOTSTRAP_DIR", dir_.c_str()}}, "EPLB_RANK='4'");
-  expect_invalid({{"EPLB_RANK", "1x"}, {"EPLB_SIZE", "4"}, {"EPLB_BOOTSTRAP_DIR", dir_.c_str()}}, "EPLB_RANK='1x'");
-  expect_invalid({{"EPLB_RANK", "0"}, {"EPLB_SIZE", "-1"}, {"EPLB_BOOTSTRAP_DIR", dir_.c_str()}}, "EPLB_SIZE='-1'");
+  expect_invalid({{"EPLB_RANK", "4"}, {"EPLB_SIZE", "4"}, {"EPLB_BOOTSTRAP_DIR", dir_.c_str()}},
+                 "EPLB_RANK '4' is not an integer in [0, 3]");
+  expect_invalid({{"EPLB_RANK", "1x"}, {"EPLB_SIZE", "4"}, {"EPLB_BOOTSTRAP_DIR", dir_.c_str()}}, "EPLB_RANK '1x'");
+  expect_invalid({{"EPLB_RANK", "0"}, {"EPLB_SIZE", "-1"}, {"EPLB_BOOTSTRAP_DIR", dir_.c_str()}},
+                 "EPLB_SIZE '-1' is not an integer in [1, 65536]");
   expect_invalid({{"EPLB_RANK", "0"}, {"EPLB_SIZE", "2"}}, "EPLB_BOOTSTRAP_DIR is not set");
   expect_invalid({{"EPLB_RANK", "0"}, {"EPLB_SIZE", "2"}, {"EPLB_BOOTSTRAP_DIR", "/nonexistent/eplb"}},
                  "/nonexistent/eplb");

@@ -31,8 +31,10 @@ std::vector<std::string> run_under_mpirun(const std::string& mode, int ranks, St
                                    "-x", "ASAN_OPTIONS=detect_leaks=0", "-x", tsan_options(),
                                    std::filesystem::read_symlink("/proc/self/exe").string(),
                                    "--gtest_filter=BootstrapChildMode.Run", "--gtest_brief=1"};
-  auto launched = launch_local_ranks(1, argv, Deadline::after_seconds(90), 5);
-  *launch_status = launched.status();
+  LaunchOptions options;
+  options.argv = argv;
+  options.deadline = Deadline::after_seconds(90);
+  *launch_status = launch_local_ranks(options).status;
   std::vector<std::string> verdicts;
   for (int r = 0; r < ranks; ++r) {
     std::ifstream in(results + "/" + std::to_string(r));
@@ -60,13 +62,12 @@ TEST(MpiGroup, AcrossTwoNetworkNamespaces) {
   ::setenv("ASAN_OPTIONS", "detect_leaks=0", 0);
   std::string tsan = tsan_options();
   ::setenv("TSAN_OPTIONS", tsan.substr(tsan.find('=') + 1).c_str(), 0);
-  LaunchResult outcome;
-  auto launched = launch_local_ranks(
-      1,
-      {"bash", std::string(EPLB_SOURCE_DIR) + "/scripts/netns_mpirun.sh", "-n", "4",
-       std::filesystem::read_symlink("/proc/self/exe").string(), "--gtest_filter=BootstrapChildMode.Run",
-       "--gtest_brief=1"},
-      Deadline::after_seconds(90), 5, &outcome);
+  LaunchOptions options;
+  options.argv = {"bash", std::string(EPLB_SOURCE_DIR) + "/scripts/netns_mpirun.sh", "-n", "4",
+                  std::filesystem::read_symlink("/proc/self/exe").string(), "--gtest_filter=BootstrapChildMode.Run",
+                  "--gtest_brief=1"};
+  options.deadline = Deadline::after_seconds(90);
+  LaunchResult launched = launch_local_ranks(options);
   ::unsetenv("EPLB_TEST_CHILD_MODE");
   ::unsetenv("EPLB_TEST_RESULT_DIR");
   std::vector<std::string> verdicts;
@@ -77,9 +78,9 @@ TEST(MpiGroup, AcrossTwoNetworkNamespaces) {
     verdicts.push_back(in ? text.str() : "(no verdict)");
   }
   std::filesystem::remove_all(results);
-  if (!outcome.exit_codes.empty() && outcome.exit_codes[0] == 77)
+  if (!launched.exit_codes.empty() && launched.exit_codes[0] == 77)
     GTEST_SKIP() << "cannot create network namespaces here (needs root or CAP_SYS_ADMIN+CAP_NET_ADMIN)";
-  ASSERT_TRUE(launched.is_ok()) << launched.status().to_string();
+  ASSERT_TRUE(launched.status) << launched.status.to_string();
   // Block mapping: ranks 0-1 on the first emulated host, 2-3 on the second.
   for (int r = 0; r < 4; ++r)
     EXPECT_EQ(verdicts[r], r < 2 ? "ok on eplb-host0" : "ok on eplb-host1") << "rank " << r;

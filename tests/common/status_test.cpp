@@ -44,6 +44,13 @@ TEST(Result, PropagatesThroughMacros) {
   EXPECT_TRUE(check_both(1, 2).is_ok());
 }
 
+TEST(ResultDeathTest, ValueOfAnErrorStopsWithItsMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Result<int> failed = error(Code::Timeout, "layer 3: no answer from rank 2");
+  EXPECT_DEATH((void)failed.value(), "Result::value\\(\\) on an error: timeout: layer 3: no answer from rank 2");
+  EXPECT_DEATH((void)*failed, "Result::value\\(\\) on an error");
+}
+
 TEST(Result, OkStatusWithoutValueIsAnInternalError) {
   Result<int> broken{Status::ok()};
   EXPECT_FALSE(broken.is_ok());
@@ -60,11 +67,16 @@ TEST(Common, FormatsBytesAndSeconds) {
 }
 
 TEST(Common, DeadlineExpires) {
+  // Far enough ahead that no scheduling delay on a loaded machine makes it
+  // pass before the first checks.
+  auto later = Deadline::after(std::chrono::hours(1));
+  EXPECT_FALSE(later.expired());
+  EXPECT_GT(later.remaining(), std::chrono::minutes(59));
   auto deadline = Deadline::after(std::chrono::milliseconds(5));
-  EXPECT_FALSE(deadline.expired());
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_until(deadline.at() + std::chrono::milliseconds(1));
   EXPECT_TRUE(deadline.expired());
   EXPECT_EQ(deadline.remaining().count(), 0);
+  EXPECT_TRUE(Deadline(Clock::now()).expired());
 }
 
 TEST(Common, ParallelForVisitsEveryIndexOnce) {

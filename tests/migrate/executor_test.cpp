@@ -3,6 +3,8 @@
 // optionally wrapped by the faulty backend. After every round every slot on
 // every rank must hold its mapped expert byte for byte, and a failed layer
 // must leave the old placement in place on every rank.
+#include <xxhash.h>
+
 #include <atomic>
 #include <functional>
 #include <gtest/gtest.h>
@@ -11,8 +13,7 @@
 
 #include "eplb/bootstrap.h"
 #include "eplb/migrate.h"
-#include "eplb/policy.h"
-#include "eplb/sim.h"
+#include "expert_content.h"
 
 namespace eplb {
 namespace {
@@ -78,7 +79,7 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
         return;
       }
       Placement current = default_placement(topology);
-      (*store)->fill_simulated(current);
+      testing::fill_rows(**store, current);
       auto migrator = Migrator::create(*groups[size_t(r)], **agent, **store, topology, options, Deadline::after_seconds(20));
       if (!migrator) {
         result.setup = migrator.status();
@@ -91,7 +92,7 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
         if (!ok) break;
       }
       result.final_placement = current;
-      result.verified = (*store)->verify_simulated(current);
+      result.verified = testing::verify_rows(**store, current);
       result.checksums = remembered_checksums_match(**store);
     });
   for (auto& thread : threads) thread.join();
@@ -117,7 +118,7 @@ TEST_P(ExecutorRanks, RandomPlacementsMoveByteForByte) {
   std::mt19937_64 rng(ranks);
   std::vector<Placement> targets;
   for (int round = 0; round < 4; ++round) targets.push_back(random_placement(topology, rng));
-  auto results = run_rounds(topology, default_tensors(16 << 10), targets);
+  auto results = run_rounds(topology, testing::three_tensors(16 << 10), targets);
   expect_consistent(results);
   for (const auto& result : results) {
     ASSERT_EQ(result.rounds.size(), targets.size());
@@ -136,38 +137,6 @@ TEST_P(ExecutorRanks, RandomPlacementsMoveByteForByte) {
     EXPECT_GT(intra, 0u);
   }
   EXPECT_GT(inter, 0u);
-}
-
-TEST_P(ExecutorRanks, PoliciesOverADriftingTrace) {
-  const int ranks = GetParam();
-  Topology topology{3, 16, 24, 4, 2, ranks};
-  LoadGenOptions generate;
-  generate.num_layers = topology.num_layers;
-  generate.num_experts = topology.num_experts;
-  generate.num_steps = 40;
-  generate.seed = 3;
-  auto trace = generate_load_trace(generate);
-  ASSERT_TRUE(trace) << trace.status().to_string();
-  for (const std::string name : {"deepseek", "relabel", "incremental", "balanced"}) {
-    auto policy = make_policy(name);
-    ASSERT_TRUE(policy) << policy.status().to_string();
-    std::vector<Placement> targets;
-    Placement current = default_placement(topology);
-    bool supported = true;
-    for (int round = 0; round < 4; ++round) {
-      auto next = (*policy)->place(trace->sum(round * 10, 10), topology, current, PolicyOptions{});
-      if (!next) {
-        supported = false;  // a policy still being written on another branch
-        break;
-      }
-      targets.push_back(*next);
-      current = *next;
-    }
-    if (!supported) continue;
-    auto results = run_rounds(topology, {{"w", 4096}, {"s", 64}}, targets);
-    expect_consistent(results);
-    EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back())) << name;
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ExecutorRanks, ::testing::Values(2, 4));
@@ -221,7 +190,7 @@ TEST(ExecutorFaults, TransferErrorsAreRetriedAndComplete) {
   std::vector<Placement> targets{random_placement(topology, rng), random_placement(topology, rng)};
   MigrateOptions options;
   options.retries = 8;
-  auto results = run_rounds(topology, default_tensors(8192), targets, "err=0.15,seed=5", options);
+  auto results = run_rounds(topology, testing::three_tensors(8192), targets, "err=0.15,seed=5", options);
   expect_consistent(results);
   EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back()));
   int retries = 0;
@@ -245,7 +214,7 @@ TEST(ExecutorFaults, CorruptionIsCaughtByChecksumsAndRetried) {
   std::vector<Placement> targets{random_placement(topology, rng)};
   MigrateOptions options;
   options.retries = 8;
-  auto results = run_rounds(topology, default_tensors(8192), targets, "corrupt=0.3,seed=1", options);
+  auto results = run_rounds(topology, testing::three_tensors(8192), targets, "corrupt=0.3,seed=1", options);
   expect_consistent(results);
   EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back()));
   bool caught = false;
@@ -335,7 +304,9 @@ TEST(ExecutorSetup, LayoutMismatchIsRefusedBeforeAnythingMoves) {
   std::string prefix = "layout-test-" + std::to_string(agent_counter++) + "-";
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
-      xfer::AgentConfig config{prefix + std::to_string(r), "loopback", "", false};
+      xfer::AgentConfig config;
+      config.name = prefix + std::to_string(r);
+      config.backend = "loopback";
       auto agent = std::move(xfer::Agent::create(config)).value();
       auto layout = StoreLayout::uniform(2, 2, {{"gate_up", 4096}, {"down", r == 1 ? 2000u : 2048u}});
       auto store = std::move(ExpertStore::create_arena(layout, r * 2)).value();
@@ -353,21 +324,40 @@ TEST(ExecutorSetup, LayoutMismatchIsRefusedBeforeAnythingMoves) {
   }
 }
 
-TEST(ExecutorSetup, FingerprintNamesRankAndField) {
-  auto groups = make_thread_groups(3);
-  std::vector<Status> statuses(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r)
-    threads.emplace_back([&, r] {
-      std::vector<FingerprintField> fields{{"topology", "L=8"}, {"policy", r == 2 ? "relabel" : "deepseek"}};
-      statuses[r] = check_fingerprint(*groups[r], fields, Deadline::after_seconds(10));
-    });
-  for (auto& thread : threads) thread.join();
-  for (const auto& status : statuses) {
-    ASSERT_FALSE(status);
-    EXPECT_NE(status.message().find("rank 2 has policy = 'relabel', rank 0 has 'deepseek'"), std::string::npos)
-        << status.message();
+// After a round the ranks compare their committed mappings and their own
+// checks: the typed message names the rank that differs.
+TEST(ExecutorAgreement, RanksCompareMappingsAndChecks) {
+  auto agree = [](std::vector<RankOutcome> outcomes) {
+    auto groups = make_thread_groups(int(outcomes.size()));
+    std::vector<Result<RoundAgreement>> results(outcomes.size(), Status(Code::Internal, "not run"));
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < outcomes.size(); ++r)
+      threads.emplace_back([&, r] { results[r] = agree_on_round(*groups[r], outcomes[r], Deadline::after_seconds(10)); });
+    for (auto& thread : threads) thread.join();
+    return results;
+  };
+  auto same = agree({{0.5, 7, ""}, {1.5, 7, ""}, {1.0, 7, ""}});
+  for (const auto& result : same) {
+    ASSERT_TRUE(result) << result.status().to_string();
+    EXPECT_TRUE(result->agreed);
+    EXPECT_EQ(result->slowest_seconds, 1.5);
   }
+  auto differs = agree({{0.5, 7, ""}, {0.5, 7, ""}, {0.5, 9, ""}});
+  ASSERT_TRUE(differs[0]);
+  EXPECT_FALSE(differs[0]->agreed);
+  EXPECT_NE(differs[0]->failure.find("rank 2 committed a different mapping (0000000000000009) than rank 0"),
+            std::string::npos)
+      << differs[0]->failure;
+  auto failed = agree({{0.5, 7, ""}, {0.5, 7, "mismatch: slot 3"}});
+  ASSERT_TRUE(failed[1]);
+  EXPECT_FALSE(failed[1]->agreed);
+  EXPECT_EQ(failed[1]->failure, "rank 1: mismatch: slot 3");
+}
+
+TEST(ExecutorAgreement, MappingHashIsTheXxh3OfPhy2log) {
+  Placement placement = default_placement(Topology{2, 4, 6, 1, 1, 2});
+  const auto& phy2log = placement.phy2log_data();
+  EXPECT_EQ(mapping_hash(placement), XXH3_64bits(phy2log.data(), phy2log.size() * sizeof(int32_t)));
 }
 
 }  // namespace

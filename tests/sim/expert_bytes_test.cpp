@@ -82,7 +82,16 @@ TEST(ExpertBytes, LooksRandom) {
   }
 }
 
-TEST(ExpertBytes, EmptyOutputIsFine) { fill_expert_bytes(1, 1, 1, 12345, {}); }
+TEST(ExpertBytes, EmptyOutputWritesNothing) {
+  std::vector<uint8_t> guard(16, 0xa5);
+  fill_expert_bytes(1, 1, 1, 12345, std::span<uint8_t>(guard.data() + 8, 0));
+  EXPECT_EQ(guard, std::vector<uint8_t>(16, 0xa5));
+  // A one-byte output at that offset is the byte a larger fill puts there.
+  std::vector<uint8_t> whole(12346 + 8), one(1);
+  fill_expert_bytes(1, 1, 1, 0, whole);
+  fill_expert_bytes(1, 1, 1, 12345, one);
+  EXPECT_EQ(one[0], whole[12345]);
+}
 
 }  // namespace
 }  // namespace eplb

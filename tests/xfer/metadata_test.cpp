@@ -1,6 +1,7 @@
 // The metadata format: round trip, and every way untrusted bytes can be
 // wrong gives Mismatch naming the field and offset, never a crash.
 #include <gmock/gmock.h>
+#include <xxhash.h>
 #include <gtest/gtest.h>
 
 #include "../../src/xfer/metadata.h"
@@ -94,9 +95,9 @@ TEST(MetadataTest, HeaderProblemsAreNamed) {
   magic[0] = 'X';
   expect_mismatch(magic, "bad magic");
   auto version = bytes;
-  version[4] = 2;
+  version[4] = 1;  // version 1 had an FNV-1a checksum
   fix_checksum(version);
-  expect_mismatch(version, "unsupported version 2");
+  expect_mismatch(version, "unsupported version 1 (this build reads version 2)");
   auto flags = bytes;
   flags[6] = 1;
   fix_checksum(flags);
@@ -105,6 +106,17 @@ TEST(MetadataTest, HeaderProblemsAreNamed) {
   auto checksum = bytes;
   checksum[kNameOffset + 2] ^= 1;
   expect_mismatch(checksum, "checksum mismatch");
+}
+
+TEST(MetadataTest, LittleEndianFieldsAndAnXxh3Checksum) {
+  std::vector<uint8_t> bytes = encoded(sample());
+  EXPECT_EQ(bytes[4], 2);  // version, little-endian
+  EXPECT_EQ(bytes[5], 0);
+  EXPECT_EQ(bytes[8] | bytes[9] << 8 | bytes[10] << 16 | bytes[11] << 24, int(bytes.size()));  // total length
+  const size_t end = bytes.size() - 8;
+  uint64_t stored = 0;
+  for (int i = 0; i < 8; ++i) stored |= uint64_t(bytes[end + i]) << (8 * i);
+  EXPECT_EQ(stored, XXH3_64bits(bytes.data(), end));
 }
 
 TEST(MetadataTest, StructuralProblemsBehindAValidChecksumAreNamed) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "eplb/common.h"
+#include "common/bytes.h"
 #include "eplb/xfer.h"
 #include "ucx_test_util.h"
 
@@ -82,11 +83,8 @@ T take(const std::vector<uint8_t>& in, size_t offset) {
   return value;
 }
 
-uint64_t fnv1a(const uint8_t* data, size_t length) {
-  uint64_t hash = 1469598103934665603ull;
-  for (size_t i = 0; i < length; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
-  return hash;
-}
+// The wire formats' checksum (XXH3-64).
+uint64_t checksum(const uint8_t* data, size_t length) { return bytes::checksum(std::span<const uint8_t>(data, length)); }
 
 // --- the child process ---------------------------------------------------
 
@@ -128,7 +126,7 @@ int run_child(int fd) {
       case 'H': {  // hash of [offset, offset + length)
         const auto offset = take<uint64_t>(payload, 0);
         const auto length = take<uint64_t>(payload, 8);
-        append(reply, offset + length <= buffer.size() ? fnv1a(buffer.data() + offset, length) : 0);
+        append(reply, offset + length <= buffer.size() ? checksum(buffer.data() + offset, length) : 0);
         send_message(fd, 'h', reply);
         break;
       }
@@ -386,7 +384,7 @@ TEST_P(UcxProcessTest, ReadAndWriteOneToManyDescriptorsCheckedByteForByte) {
   }
   done = transfer(Operation::Write, "target", locals, remotes, "write of 1024");
   ASSERT_TRUE(done) << done.to_string();
-  EXPECT_EQ(child.hash(0, 1024 * 4096), fnv1a(local.data(), 1024 * 4096));
+  EXPECT_EQ(child.hash(0, 1024 * 4096), checksum(local.data(), 1024 * 4096));
   notes = child.notifications(1);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_EQ(notes[0].message, "write of 1024");
@@ -394,7 +392,7 @@ TEST_P(UcxProcessTest, ReadAndWriteOneToManyDescriptorsCheckedByteForByte) {
   test::fill_pattern(local, 11);
   done = transfer(Operation::Write, "target", {local_at(0, kChildBytes)}, {{child.base(), kChildBytes, 0}});
   ASSERT_TRUE(done) << done.to_string();
-  EXPECT_EQ(child.hash(0, kChildBytes), fnv1a(local.data(), kChildBytes));
+  EXPECT_EQ(child.hash(0, kChildBytes), checksum(local.data(), kChildBytes));
 
   // A standalone notification from the child.
   EXPECT_EQ(child.call('S', {'h', 'i'}, 's'), std::vector<uint8_t>{1});

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "eplb/policy.h"
-#include "support.h"
+#include "policy_support.h"
 
 namespace eplb {
 namespace {

@@ -4,7 +4,7 @@
 
 #include "../../src/policy/balanced.h"
 #include "eplb/policy.h"
-#include "support.h"
+#include "policy_support.h"
 
 namespace eplb {
 namespace {

@@ -1,4 +1,4 @@
-// support.h - shapes, loads and checks shared by the policy tests.
+// policy_support.h - shapes, loads and checks shared by the policy tests.
 #pragma once
 
 #include <algorithm>

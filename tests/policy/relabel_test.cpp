@@ -8,7 +8,7 @@
 #include "../../src/policy/hungarian.h"
 #include "../../src/policy/relabel.h"
 #include "eplb/policy.h"
-#include "support.h"
+#include "policy_support.h"
 
 namespace eplb {
 namespace {

@@ -1,0 +1,144 @@
+// eplb/app.h - `eplb run`, the main job, as an application module on top of
+// the library: a simulated MoE model whose expert weights are synthetic
+// (sim), a policy loop over a drifting load trace (policy), and per-layer
+// verified migration (migrate) on every rank.
+//
+// Contract:
+// - run_rank runs one rank (every rank calls it with the same options):
+//   inputs, fingerprint check (every rank must agree before anything moves),
+//   transfer agent, expert store filled with synthetic weights, then per
+//   round: the next window of the trace -> policy -> migrate -> every rank
+//   verifies every slot byte for byte against its committed mapping and the
+//   ranks agree on the result (agree_on_round).
+// - Progress leaves through callbacks (options.migrate.on_layer_done per
+//   layer, on_ready, on_round_done); results are data (RunSummary). run_rank
+//   prints nothing and writes no file; the render_* functions below turn a
+//   summary into the text and JSON the CLI prints and writes.
+// - fill_simulated / verify_simulated write and check a store's rows with
+//   sim's synthetic expert bytes; the store itself knows nothing of sim.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eplb/bootstrap.h"
+#include "eplb/migrate.h"
+#include "eplb/placement.h"
+#include "eplb/sim.h"
+#include "eplb/status.h"
+#include "eplb/xfer.h"
+
+namespace eplb {
+
+// --------------------------------------------------------- expert tensors ---
+
+// The default tensors of an expert of `bytes_per_expert` bytes (>= 3 KiB):
+// "scales" = bytes/256 rounded up to 64 B (at least 64 B), "down" = a third of
+// the rest rounded to 64 B, "gate_up" = the remainder (about 2/3). The sum is
+// exactly bytes_per_expert. Smaller experts get a single tensor "weight".
+std::vector<TensorSpec> default_tensors(uint64_t bytes_per_expert);
+// "gate_up:2MiB,down:1MiB,scales:8KiB" (sizes as parse_byte_size).
+Result<std::vector<TensorSpec>> parse_tensors(std::string_view spec);
+
+// --------------------------------------------------- simulated expert rows ---
+
+// Writes every slot of `layer` (or of all layers) with the synthetic bytes of
+// the expert `placement` maps it to (zeros for an empty slot), and makes the
+// store forget the checksums of what was rewritten.
+void fill_simulated(ExpertStore& store, const Placement& placement, int layer);
+void fill_simulated(ExpertStore& store, const Placement& placement);
+// Checks every row of every slot of every layer byte for byte; the error
+// names layer, slot, expected expert, tensor and the first differing offset.
+Status verify_simulated(const ExpertStore& store, const Placement& placement);
+
+// ---------------------------------------------------------------- eplb run ---
+
+struct RoundSummary {
+  int round = 0;
+  double balancedness_before = 0;
+  double balancedness_after = 0;
+  RoundReport report;            // this rank's view (bytes are whole-group)
+  double seconds = 0;            // slowest rank's migration time
+  bool verified = false;         // every rank verified every slot
+  std::string verify_failure;
+};
+
+struct RunSummary {
+  // Known before the first round (on_ready).
+  std::string trace_identity;                // the load the run replays (file or generator, and its hash)
+  StoreLayout layout;
+  std::string transports;                    // this rank's agent, Agent::transports()
+  std::vector<std::string> peer_transports;  // what its connections to the peers use
+  // Filled as the run goes.
+  std::vector<RoundSummary> rounds;
+  Status status;                  // ok, or why the run stopped
+  bool all_verified = false;      // every rank's every slot matches its committed mapping
+  std::string final_state;        // this rank's committed state, in words
+  // When a round stopped: which layers are on the new placement, and
+  // whether every rank was still there to agree on it.
+  std::string committed_layers;
+  bool group_intact = true;
+  uint64_t mapping_hash = 0;      // mapping_hash() of this rank's committed placement
+};
+
+struct RunOptions {
+  Topology topology;
+  std::vector<TensorSpec> tensors;   // per expert, every layer
+  int rounds = 3;
+  int window = 20;                   // trace steps per round
+  std::string policy = "deepseek";
+  int threads = 1;                   // policy threads
+  std::string trace_path;            // empty: generate from `generate`
+  LoadGenOptions generate;           // layers/experts/steps are set from the topology
+  // Every rank's transfer agent (backend, transports, fault spec); its name
+  // is agent_name_prefix + rank, and each rank draws its own fault sequence
+  // (the spec's seed plus the rank).
+  xfer::AgentConfig agent;
+  std::string agent_name_prefix = "rank-";
+  MigrateOptions migrate;            // on_layer_done: per-layer progress
+  double setup_timeout_seconds = 60;
+  // Called on every rank once the inputs, the agent and the store are ready.
+  std::function<void(const RunSummary&)> on_ready;
+  // Called on every rank after each round (agreed with the other ranks).
+  std::function<void(const RoundSummary&)> on_round_done;
+};
+
+// Runs one rank; the summary's status says whether the run completed.
+RunSummary run_rank(ProcessGroup& group, const RunOptions& options);
+
+// ----------------------------------------------------- rendering a report ---
+
+// Strings that only label the output (what the user asked for).
+struct RunLabels {
+  std::string transport;   // "shm", "tcp", "loopback"
+  std::string bootstrap;   // "local", "mpi", "threads"
+};
+
+// The three header lines: ranks, topology, policy; experts; trace.
+std::string render_banner(const RunOptions& options, const RunLabels& labels, const RunSummary& summary);
+// The per-round table and the closing line (all verified, or how it stopped).
+std::string render_table(const RunOptions& options, const RunSummary& summary);
+// The report as JSON text (per round and per layer).
+std::string render_json(const RunOptions& options, const RunLabels& labels, const RunSummary& summary);
+
+// Progress lines while the run goes: a bar per layer on a terminal, a line
+// per failed layer, a line per round.
+class RunProgress {
+ public:
+  RunProgress(bool terminal, int rounds, int layers) : terminal_(terminal), rounds_(rounds), layers_(layers) {}
+  std::string layer_done(const LayerReport& layer);
+  std::string round_done(const RoundSummary& round);
+
+ private:
+  bool terminal_;
+  int rounds_;
+  int layers_;
+  int round_ = 0;
+  int done_ = 0;
+  uint64_t moved_ = 0;
+};
+
+}  // namespace eplb

@@ -1,0 +1,26 @@
+// run_inputs.h (internal to src/app) - what a rank of `eplb run` needs
+// before anything moves, checked against every other rank's.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "eplb/app.h"
+#include "eplb/policy.h"
+
+namespace eplb {
+
+struct RunInputs {
+  StoreLayout layout;
+  LoadTrace trace;
+  std::string trace_identity;
+  std::unique_ptr<Policy> policy;
+};
+
+// Collective: prepares this rank's inputs and compares every rank's
+// fingerprint (topology, policy, options, layout, trace identity,
+// transports). A local failure is announced to the others through the
+// fingerprint, so that every rank stops with the same explanation.
+Result<RunInputs> prepare_and_agree(ProcessGroup& group, const RunOptions& options, Deadline deadline);
+
+}  // namespace eplb

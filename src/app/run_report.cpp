@@ -1,0 +1,159 @@
+// Rendering `eplb run`'s results: the header lines, progress lines, the
+// per-round table, the closing line and the JSON report. Pure functions of
+// the options, labels and summary; the CLI prints and writes them.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "eplb/app.h"
+
+namespace eplb {
+namespace {
+
+double gigabytes_per_second(uint64_t bytes, double seconds) { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0; }
+
+nlohmann::json layer_json(const LayerReport& layer) {
+  return {{"layer", layer.layer},
+          {"changed", layer.changed},
+          {"committed", layer.committed},
+          {"bytes_local", layer.bytes_local},
+          {"bytes_intra_node", layer.bytes_intra_node},
+          {"bytes_inter_node", layer.bytes_inter_node},
+          {"requests", layer.requests},
+          {"descriptors", layer.descriptors},
+          {"seconds", layer.seconds},
+          {"seconds_checksum", layer.seconds_checksum},
+          {"seconds_transfer", layer.seconds_transfer},
+          {"seconds_verify", layer.seconds_verify},
+          {"seconds_vote", layer.seconds_vote},
+          {"seconds_commit", layer.seconds_commit},
+          {"retries", layer.retries},
+          {"failure", layer.failure}};
+}
+
+nlohmann::json round_json(const RoundSummary& round) {
+  const RoundReport& report = round.report;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& layer : report.layers) layers.push_back(layer_json(layer));
+  return {{"round", round.round + 1},
+          {"balancedness_before", round.balancedness_before},
+          {"balancedness_after", round.balancedness_after},
+          {"bytes_moved", report.bytes_moved()},
+          {"bytes_local", report.bytes_local()},
+          {"bytes_intra_node", report.bytes_intra_node()},
+          {"bytes_inter_node", report.bytes_inter_node()},
+          {"seconds", round.seconds},
+          {"gb_per_s", gigabytes_per_second(report.bytes_moved(), round.seconds)},
+          {"retries", report.retries()},
+          {"failures", report.failures()},
+          {"verified", round.verified},
+          {"verify_failure", round.verify_failure},
+          {"status", report.status.to_string()},
+          {"layers", layers}};
+}
+
+}  // namespace
+
+std::string render_banner(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
+  const Topology& topology = options.topology;
+  std::vector<std::string> tensors;
+  for (const auto& tensor : options.tensors)
+    tensors.push_back(fmt::format("{} {}", tensor.name, format_bytes(tensor.bytes_per_expert)));
+  const std::string& faults = options.agent.fault_spec;
+  return fmt::format(
+      "eplb run: {} ranks on {} nodes ({} bootstrap, {} transport), {}, policy {}\n"
+      "experts: {} each as [{}]; {} of expert weights per rank\n"
+      "transfers: {}; connections to peers use {}\n"
+      "trace: {}; {} rounds of {} steps{}\n",
+      topology.num_ranks, topology.num_nodes, labels.bootstrap, labels.transport, topology.to_string(),
+      options.policy, format_bytes(summary.layout.bytes_per_expert(0)), fmt::join(tensors, ", "),
+      format_bytes(summary.layout.total_bytes()), summary.transports,
+      summary.peer_transports.empty() ? std::string("(no peer)") : fmt::format("{}", fmt::join(summary.peer_transports, ", ")),
+      summary.trace_identity, options.rounds, options.window, faults.empty() ? "" : "; faults: " + faults);
+}
+
+std::string render_table(const RunOptions& options, const RunSummary& summary) {
+  std::string out = fmt::format("\n{:<5}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  {:>7}  {:>7}  {:>8}  {}\n",
+                                "round", "balancedness", "moved", "local", "intra-node", "inter-node", "time", "GB/s",
+                                "retries", "failures", "verified");
+  for (const auto& round : summary.rounds) {
+    const RoundReport& report = round.report;
+    out += fmt::format("{:<5}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  {:>7.2f}  {:>7}  {:>8}  {}\n",
+                       round.round + 1,
+                       fmt::format("{:.3f} -> {:.3f}", round.balancedness_before, round.balancedness_after),
+                       format_bytes(report.bytes_moved()), format_bytes(report.bytes_local()),
+                       format_bytes(report.bytes_intra_node()), format_bytes(report.bytes_inter_node()),
+                       format_seconds(round.seconds), gigabytes_per_second(report.bytes_moved(), round.seconds),
+                       report.retries(), report.failures(), round.verified ? "yes" : "NO");
+  }
+  const Topology& topology = options.topology;
+  if (summary.all_verified)
+    return out + fmt::format("\nall {} slots ({} layers x {} slots) on {} ranks verified byte for byte against the "
+                             "mapping\n",
+                             topology.num_layers * topology.num_slots, topology.num_layers, topology.num_slots,
+                             topology.num_ranks);
+  if (summary.rounds.empty() || !summary.group_intact) return out;
+  const RoundSummary& last = summary.rounds.back();
+  return out + fmt::format("\nround {} stopped; every rank reports the same committed mapping {:016x} ({}) and {}\n",
+                           last.round + 1, summary.mapping_hash, summary.committed_layers,
+                           last.verified ? "verified every slot against it" : "NOT all verified");
+}
+
+std::string render_json(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
+  nlohmann::json json;
+  const Topology& t = options.topology;
+  json["topology"] = {{"layers", t.num_layers}, {"experts", t.num_experts}, {"slots", t.num_slots},
+                      {"groups", t.num_groups}, {"nodes", t.num_nodes},     {"ranks", t.num_ranks}};
+  json["policy"] = options.policy;
+  json["transport"] = labels.transport;
+  json["bootstrap"] = labels.bootstrap;
+  json["transports"] = summary.transports;
+  json["peer_transports"] = summary.peer_transports;
+  json["inject"] = options.agent.fault_spec;
+  json["tensors"] = nlohmann::json::array();
+  for (const auto& tensor : options.tensors)
+    json["tensors"].push_back({{"name", tensor.name}, {"bytes", tensor.bytes_per_expert}});
+  json["trace"] = summary.trace_identity;
+  json["rounds"] = nlohmann::json::array();
+  for (const auto& round : summary.rounds) json["rounds"].push_back(round_json(round));
+  json["all_verified"] = summary.all_verified;
+  json["status"] = summary.status.is_ok() ? "ok" : summary.status.to_string();
+  json["final_state"] = summary.final_state;
+  json["mapping_hash"] = fmt::format("{:016x}", summary.mapping_hash);
+  return json.dump(2) + "\n";
+}
+
+std::string RunProgress::layer_done(const LayerReport& layer) {
+  done_ = layer.layer + 1;
+  moved_ += layer.bytes_local + layer.bytes_intra_node + layer.bytes_inter_node;
+  std::string out;
+  if (terminal_) {
+    const int width = 24, filled = layers_ ? done_ * width / layers_ : width;
+    out = fmt::format("\rround {}/{} [{}{}] layer {}/{}  {} moved", round_ + 1, rounds_, std::string(size_t(filled), '#'),
+                      std::string(size_t(width - filled), '.'), done_, layers_, format_bytes(moved_));
+  }
+  if (!layer.failure.empty())
+    out += fmt::format("{}round {} layer {}: {} after {} retr{}: {}\n", terminal_ ? "\n" : "", round_ + 1,
+                       layer.layer, layer.committed ? "committed" : "FAILED", layer.retries,
+                       layer.retries == 1 ? "y" : "ies", layer.failure);
+  return out;
+}
+
+std::string RunProgress::round_done(const RoundSummary& round) {
+  const RoundReport& report = round.report;
+  const auto changed = std::count_if(report.layers.begin(), report.layers.end(), [](auto& l) { return l.changed; });
+  std::string out = terminal_ ? fmt::format("\r{:80}\r", "") : std::string();
+  out += fmt::format("round {}/{}: balancedness {:.3f} -> {:.3f}, {}/{} layers changed, {} moved in {} ({:.2f} GB/s), "
+                     "{} retries, {}\n",
+                     round.round + 1, rounds_, round.balancedness_before, round.balancedness_after, changed, layers_,
+                     format_bytes(report.bytes_moved()), format_seconds(round.seconds),
+                     gigabytes_per_second(report.bytes_moved(), round.seconds), report.retries(),
+                     !report.status ? "ABORTED" : round.verified ? "all slots verified" : "VERIFICATION FAILED");
+  round_ = round.round + 1;
+  done_ = 0;
+  moved_ = 0;
+  return out;
+}
+
+}  // namespace eplb

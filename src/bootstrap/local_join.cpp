@@ -1,0 +1,240 @@
+// Forming the local group: the hub accepts every rank's hello on
+// <dir>/hub.sock and answers welcome; a member connects (retrying until the
+// connect timeout) and waits for the welcome (see local_group.h).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "local_group.h"
+
+namespace eplb {
+namespace bootstrap {
+namespace {
+
+std::string hub_socket_path(const std::string& dir) { return dir + "/hub.sock"; }
+
+Status socket_address(const std::string& path, sockaddr_un* address) {
+  std::memset(address, 0, sizeof *address);
+  address->sun_family = AF_UNIX;
+  if (path.size() + 1 > sizeof address->sun_path)
+    return error(Code::InvalidArgument,
+                 fmt::format("rendezvous socket path '{}' is {} bytes; Unix sockets allow at most {} (use a shorter "
+                             "rendezvous directory)",
+                             path, path.size(), sizeof address->sun_path - 1));
+  std::memcpy(address->sun_path, path.c_str(), path.size() + 1);
+  return Status::ok();
+}
+
+// Larger socket buffers: fewer poll() round trips for megabyte contributions
+// (the kernel caps this at net.core.wmem_max; failure is harmless).
+void enlarge_socket_buffers(int fd) {
+  int bytes = 4 << 20;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
+// The listening socket of the hub; closes and unlinks it when done.
+struct Listener {
+  int fd = -1;
+  std::string path;
+  ~Listener() {
+    if (fd >= 0) ::close(fd);
+    if (!path.empty()) ::unlink(path.c_str());
+  }
+};
+
+Status listen_on(const std::string& path, int backlog, Listener& listener) {
+  sockaddr_un address;
+  EPLB_TRY(socket_address(path, &address));
+  listener.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listener.fd < 0) return error(Code::IoError, fmt::format("socket(AF_UNIX): {}", std::strerror(errno)));
+  listener.path = path;
+  ::unlink(path.c_str());
+  if (::bind(listener.fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+    return error(Code::IoError, fmt::format("cannot bind the rendezvous socket {}: {}", path, std::strerror(errno)));
+  if (::listen(listener.fd, backlog) != 0)
+    return error(Code::IoError, fmt::format("cannot listen on {}: {}", path, std::strerror(errno)));
+  return Status::ok();
+}
+
+}  // namespace
+
+// One pending connection's hello: registers it as rank `from`, or the reason not.
+Status LocalGroup::take_hello(std::unique_ptr<Connection>& connection, int& joined) {
+  Message message = std::move(connection->inbox().front());
+  connection->inbox().pop_front();
+  const auto& header = message.header;
+  if (header.kind != MessageKind::Hello || header.sequence != 0)
+    return error(Code::Mismatch, fmt::format("a process in the rendezvous directory sent {} instead of hello",
+                                             collective_name(header.kind, header.sequence)));
+  auto hello = decode_hello(message.payload);
+  if (!hello.is_ok()) return hello.status().with_context(fmt::format("hello of rank {}", header.sender));
+  const int from = header.sender;
+  if (hello->size != size_)
+    return error(Code::Mismatch, fmt::format("rank {} (pid {}) was started for a group of {} ranks, rank 0 for {}",
+                                             from, hello->pid, hello->size, size_));
+  if (from <= 0 || from >= size_)
+    return error(Code::Mismatch, fmt::format("a process (pid {}) claims rank {} in a group of {}", hello->pid, from,
+                                             size_));
+  if (peers_[from])
+    return error(Code::Mismatch,
+                 fmt::format("two processes claim rank {} (the second is pid {})", from, hello->pid));
+  connection->set_peer(from);
+  peers_[from] = std::move(connection);
+  ++joined;
+  return Status::ok();
+}
+
+// Accepts connections and their hellos until every rank joined or the deadline.
+Status LocalGroup::accept_hellos(int listener, Deadline deadline,
+                                 std::vector<std::unique_ptr<Connection>>& pending) {
+  int joined = 0;
+  Status failure;
+  auto check_hellos = [&] {
+    for (auto& connection : pending) {
+      if (!connection) continue;
+      if (!connection->inbox().empty()) failure = take_hello(connection, joined);
+      else if (!connection->alive()) connection.reset();  // went away before saying who it is
+      if (!failure.is_ok()) return true;
+    }
+    for (int r = 1; r < size_; ++r)
+      if (peers_[r] && !peers_[r]->alive()) {
+        failure = error(Code::RemoteDisconnect, fmt::format("rank {} lost while the group was forming: {}", r,
+                                                            peers_[r]->lost().message()));
+        return true;
+      }
+    return joined == size_ - 1;
+  };
+  while (true) {
+    for (int fd; (fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+      enlarge_socket_buffers(fd);
+      pending.push_back(std::make_unique<Connection>(fd, -1));
+    }
+    std::vector<Connection*> watched;
+    for (auto& connection : pending)
+      if (connection) watched.push_back(connection.get());
+    Deadline slice = std::min(Deadline::after_seconds(0.01), deadline, [](auto& a, auto& b) { return a.at() < b.at(); });
+    Status pumped = pump(watched, slice, check_hellos);
+    if (!failure.is_ok() || pumped.is_ok()) return failure;
+    if (deadline.expired()) {
+      std::vector<int> missing;
+      for (int r = 1; r < size_; ++r)
+        if (!peers_[r]) missing.push_back(r);
+      return error(Code::Timeout, fmt::format("rank{} {} did not join within the connect timeout",
+                                              missing.size() > 1 ? "s" : "", rank_list(missing)));
+    }
+    // No connection to watch yet: wait for the next accept without spinning.
+    if (pumped.code() == Code::RemoteDisconnect || watched.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// So that an abort notice reaches them: connected processes that never said
+// hello take the free rank slots.
+void LocalGroup::adopt_pending_for_abort(std::vector<std::unique_ptr<Connection>>& pending) {
+  for (auto& connection : pending) {
+    if (!connection || !connection->alive()) continue;
+    int slot = 1;
+    while (slot < size_ && peers_[slot]) ++slot;
+    if (slot == size_) return;
+    connection->set_peer(slot);
+    peers_[slot] = std::move(connection);
+  }
+}
+
+Status LocalGroup::send_welcome(Deadline deadline) {
+  auto welcome = std::make_shared<const std::string>(encode_message(MessageKind::Welcome, 0, 0, ""));
+  std::vector<Connection*> members;
+  for (int r = 1; r < size_; ++r) {
+    peers_[r]->send(welcome);
+    members.push_back(peers_[r].get());
+  }
+  Status flushed = pump(members, deadline, [&] {
+    return std::none_of(members.begin(), members.end(), [](Connection* c) { return !c->alive() || c->has_output(); });
+  });
+  return flushed.with_context("local bootstrap: sending welcome");
+}
+
+Status LocalGroup::join_as_hub(const std::string& dir, Deadline deadline) {
+  const std::string path = hub_socket_path(dir);
+  Listener listener;
+  EPLB_TRY(listen_on(path, std::min(size_, 4096), listener));
+  std::vector<std::unique_ptr<Connection>> pending;
+  Status failure = accept_hellos(listener.fd, deadline, pending);
+  if (failure.is_ok()) return send_welcome(deadline);
+  failure = failure.with_context(fmt::format("local bootstrap (rank 0 of {}, {})", size_, path));
+  // Tell everyone connected, joined or not, why the group will not form.
+  adopt_pending_for_abort(pending);
+  abort_members(0, failure);
+  return failure;
+}
+
+Status LocalGroup::join_as_member(const std::string& dir, Deadline deadline) {
+  const std::string path = hub_socket_path(dir);
+  sockaddr_un address;
+  EPLB_TRY(socket_address(path, &address));
+  int fd = -1;
+  for (int last_error = 0;; std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return error(Code::IoError, fmt::format("socket(AF_UNIX): {}", std::strerror(errno)));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) break;
+    last_error = errno;
+    ::close(fd);
+    if (deadline.expired())
+      return error(Code::Timeout, fmt::format("local bootstrap: rank {} could not connect to rank 0 at {} within the "
+                                              "connect timeout (last error: {}); is rank 0 running?",
+                                              rank_, path, std::strerror(last_error)));
+  }
+  enlarge_socket_buffers(fd);
+  peers_[0] = std::make_unique<Connection>(fd, 0);
+  Connection* hub = peers_[0].get();
+  hub->send(std::make_shared<const std::string>(encode_message(
+      MessageKind::Hello, 0, rank_, encode_hello({size_, static_cast<int32_t>(::getpid())}))));
+  std::optional<Message> reply;
+  Status pumped = await_hub_message(hub, deadline, &reply);
+  if (reply) {
+    const auto& header = reply->header;
+    if (header.kind == MessageKind::Welcome && header.sequence == 0 && header.sender == 0) return Status::ok();
+    if (header.kind == MessageKind::Abort) return abort_notice_status(*reply, "local bootstrap", rank_);
+    return error(Code::Mismatch, "local bootstrap: rank 0 answered hello with " +
+                                     collective_name(header.kind, header.sequence));
+  }
+  if (!hub->alive())
+    return error(Code::RemoteDisconnect,
+                 fmt::format("local bootstrap: rank 0 lost while the group was forming ({})", hub->lost().message()));
+  if (pumped.code() == Code::Timeout)
+    return error(Code::Timeout, fmt::format("local bootstrap: rank {} connected to rank 0, but not every rank joined "
+                                            "within the connect timeout",
+                                            rank_));
+  return pumped.with_context("local bootstrap");
+}
+
+}  // namespace bootstrap
+
+Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options) {
+  if (options.size < 1 || options.size > 65536)
+    return error(Code::InvalidArgument, fmt::format("local group size {} is not in [1, 65536]", options.size));
+  if (options.rank < 0 || options.rank >= options.size)
+    return error(Code::InvalidArgument,
+                 fmt::format("local group rank {} is not in [0, {})", options.rank, options.size));
+  if (!(options.connect_timeout_seconds > 0))
+    return error(Code::InvalidArgument, "local group connect timeout must be positive");
+  auto group = std::make_unique<bootstrap::LocalGroup>(options.rank, options.size);
+  if (options.size == 1) return std::unique_ptr<ProcessGroup>(std::move(group));
+  if (options.rendezvous_dir.empty())
+    return error(Code::InvalidArgument,
+                 fmt::format("local group of {} ranks needs a rendezvous directory", options.size));
+  Deadline deadline = Deadline::after_seconds(options.connect_timeout_seconds);
+  EPLB_TRY(options.rank == 0 ? group->join_as_hub(options.rendezvous_dir, deadline)
+                             : group->join_as_member(options.rendezvous_dir, deadline));
+  return std::unique_ptr<ProcessGroup>(std::move(group));
+}
+
+}  // namespace eplb

@@ -1,0 +1,158 @@
+// The options of `eplb run` (see run_args.h).
+#include "run_args.h"
+
+#include <fmt/format.h>
+
+#include "common/text.h"
+
+
+namespace eplb::cli {
+namespace {
+
+// UCX transports of --transport shm and tcp (the user's UCX_TLS wins).
+constexpr const char* kSharedMemoryTransports = "posix,sysv,cma,self";
+constexpr const char* kTcpTransports = "tcp,self";
+
+Result<Topology> build_topology(const RunArgs& args, int group_size) {
+  Topology topology{args.layers, args.experts, args.replicas, args.groups, args.nodes, args.ranks};
+  if (!args.preset.empty()) {
+    EPLB_ASSIGN_OR_RETURN(topology, topology_preset(args.preset));
+    if (args.layers_option->count()) topology.num_layers = args.layers;
+    if (args.experts_option->count()) topology.num_experts = args.experts;
+    if (args.replicas_option->count()) topology.num_slots = args.replicas;
+    if (args.groups_option->count()) topology.num_groups = args.groups;
+    if (args.nodes_option->count()) topology.num_nodes = args.nodes;
+    if (args.ranks_option->count()) topology.num_ranks = args.ranks;
+  }
+  if (group_size > 0) {
+    if (args.ranks_option->count() && args.ranks != group_size)
+      return error(Code::InvalidArgument,
+                   fmt::format("--ranks {} but {} processes were started", args.ranks, group_size));
+    topology.num_ranks = group_size;
+  }
+  if (Status valid = topology.validate(); !valid) return valid.with_context("topology");
+  return topology;
+}
+
+Status set_transfers(const RunArgs& args, RunOptions& options) {
+  if (args.transport != "shm" && args.transport != "tcp" && args.transport != "loopback")
+    return error(Code::InvalidArgument, "--transport must be shm, tcp or loopback, got '" + args.transport + "'");
+  if (args.bootstrap != "local" && args.bootstrap != "mpi")
+    return error(Code::InvalidArgument, "--bootstrap must be local or mpi, got '" + args.bootstrap + "'");
+  options.agent.backend = args.transport == "loopback" ? "loopback" : "ucx";
+  options.agent.transports = args.transport == "shm" ? kSharedMemoryTransports
+                             : args.transport == "tcp" ? kTcpTransports
+                                                       : "";
+  options.agent.fault_spec = args.inject;
+  if (args.timeout < 0) return error(Code::InvalidArgument, "--timeout must be >= 0 (0: automatic)");
+  if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");
+  options.migrate.timeout_seconds = args.timeout;
+  options.migrate.retries = args.retries;
+  return Status::ok();
+}
+
+Status set_load(const RunArgs& args, RunOptions& options) {
+  options.trace_path = args.trace;
+  if (args.dist == "zipf")
+    options.generate.distribution = LoadDistribution::Zipf;
+  else if (args.dist == "lognormal")
+    options.generate.distribution = LoadDistribution::Lognormal;
+  else
+    return error(Code::InvalidArgument, "--dist must be zipf or lognormal, got '" + args.dist + "'");
+  options.generate.skew = args.skew;
+  options.generate.drift = args.drift < 0 ? default_drift() : args.drift;
+  options.generate.seed = args.seed;
+  return Status::ok();
+}
+
+void add_shape_options(CLI::App& run, RunArgs& args) {
+  args.ranks_option = run.add_option("--ranks", args.ranks, "rank processes (P); with mpirun: the -np count")
+                          ->capture_default_str();
+  args.nodes_option = run.add_option("--nodes", args.nodes, "emulated nodes (N); ranks [n*P/N, (n+1)*P/N) form node n")
+                          ->capture_default_str();
+  run.add_option("--preset", args.preset,
+                 "a named serving shape (deepseek-v3, qwen3-235b, mixtral-8x7b, tiny); explicit options override it");
+  args.layers_option = run.add_option("--layers", args.layers, "MoE layers (L)")->capture_default_str();
+  args.experts_option = run.add_option("--experts", args.experts, "logical experts per layer (E)")->capture_default_str();
+  args.replicas_option =
+      run.add_option("--replicas", args.replicas, "physical slots per layer (R >= E, a multiple of P)")
+          ->capture_default_str();
+  args.groups_option =
+      run.add_option("--groups", args.groups, "expert groups (G) for the hierarchical policy")->capture_default_str();
+  run.add_option("--bytes-per-expert", args.bytes_per_expert,
+                 "bytes of one expert (all its tensors), e.g. 1MiB, 8MiB, 512KiB, 1.5M; split into the default\n"
+                 "tensors gate_up (~2/3), down (~1/3) and scales (1/256, at least 64 B)")
+      ->capture_default_str();
+  run.add_option("--tensors", args.tensors,
+                 "the tensors of one expert as name:bytes,... (e.g. gate_up:2MiB,down:1MiB,scales:8KiB);\n"
+                 "overrides --bytes-per-expert");
+}
+
+void add_load_options(CLI::App& run, RunArgs& args) {
+  run.add_option("--rounds", args.rounds, "rebalancing rounds (one trace window each)")->capture_default_str();
+  run.add_option("--policy", args.policy, "placement policy: deepseek, relabel, incremental, balanced")
+      ->capture_default_str();
+  run.add_option("--trace", args.trace, "load trace file [steps][layers][experts] (.npy, .csv, .json); default: generated");
+  run.add_option("--dist", args.dist, "generated load distribution: zipf or lognormal")->capture_default_str();
+  run.add_option("--skew", args.skew, "zipf exponent or lognormal sigma of the generated load")->capture_default_str();
+  run.add_option("--drift", args.drift, "per-step drift of expert popularity in the generated trace (< 0: the default)")
+      ->capture_default_str();
+  run.add_option("--seed", args.seed, "seed of the generated trace")->capture_default_str();
+  run.add_option("--window", args.window, "trace steps per round (summed into the round's load)")->capture_default_str();
+  run.add_option("--threads", args.threads, "threads for the placement policy")->capture_default_str();
+}
+
+void add_transfer_options(CLI::App& run, RunArgs& args) {
+  run.add_option("--transport", args.transport,
+                 "shm (UCX over shared memory: posix,sysv,cma,self), tcp (UCX over TCP: tcp,self) or loopback (all\n"
+                 "ranks as threads of this process, in-process copies). A UCX_TLS set in the environment wins")
+      ->capture_default_str();
+  run.add_option("--bootstrap", args.bootstrap,
+                 "local (this command starts --ranks processes) or mpi (each process started by mpirun is a rank)")
+      ->capture_default_str();
+  run.add_option("--timeout", args.timeout,
+                 "seconds one layer's transfers may take (0: automatic, 5 s + 1 s per 256 MiB read by a rank)")
+      ->capture_default_str();
+  run.add_option("--retries", args.retries, "extra attempts of a failed layer before the round stops")
+      ->capture_default_str();
+  run.add_option("--inject", args.inject,
+                 "fault spec for the faulty transfer backend, e.g. err=0.01,stall=0.005,corrupt=0.005,delay_ms=5,\n"
+                 "disconnect_after=100,seed=7");
+  run.add_option("--json", args.json, "write the report (per round and per layer) to this JSON file (rank 0)");
+}
+
+}  // namespace
+
+void add_run_options(CLI::App& run, RunArgs& args) {
+  add_shape_options(run, args);
+  add_load_options(run, args);
+  add_transfer_options(run, args);
+}
+
+Result<RunOptions> build_run_options(const RunArgs& args, int group_size) {
+  RunOptions options;
+  EPLB_ASSIGN_OR_RETURN(options.topology, build_topology(args, group_size));
+  if (!args.tensors.empty()) {
+    auto tensors = parse_tensors(args.tensors);
+    if (!tensors) return tensors.status().with_context("--tensors");
+    options.tensors = std::move(tensors).value();
+  } else {
+    auto bytes = parse_byte_size(args.bytes_per_expert);
+    if (!bytes) return bytes.status().with_context("--bytes-per-expert");
+    options.tensors = default_tensors(*bytes);
+  }
+  options.rounds = args.rounds;
+  options.window = args.window;
+  options.policy = args.policy;
+  if (args.threads < 1 || args.threads > 256) return error(Code::InvalidArgument, "--threads must be in [1, 256]");
+  options.threads = args.threads;
+  EPLB_TRY(set_load(args, options));
+  EPLB_TRY(set_transfers(args, options));
+  return options;
+}
+
+RunLabels run_labels(const RunArgs& args, bool mpi) {
+  return {args.transport, args.transport == "loopback" ? "threads" : mpi ? "mpi" : args.bootstrap};
+}
+
+}  // namespace eplb::cli

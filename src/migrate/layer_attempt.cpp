@@ -1,0 +1,263 @@
+// layer_attempt.cpp - one rank's attempt at one layer, in the four phases
+// the protocol names: post READs into staging, local copies, wait with the
+// deadline, verify every received row; then, after a unanimous vote, the
+// commit of staging into the live rows.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "common/bytes.h"
+#include "migrator_state.h"
+
+namespace eplb::migrate {
+namespace {
+
+constexpr std::string_view kSumMagic = "EPLBSUMS";
+
+// A local copy whose source slot keeps its expert through the commit can be
+// done at commit time, straight from live row to live row (one copy instead
+// of live -> staging -> live). Copies from a slot that itself changes (a
+// swap or cycle within the rank) go through staging.
+struct CopyPlan {
+  std::vector<bool> keeps;  // [local slot]: the slot's op is Keep
+  bool deferred(const SlotOp& op, int first) const {
+    return op.action == SlotAction::LocalCopy && !op.copy_after_read && keeps[size_t(op.source_slot - first)];
+  }
+  static CopyPlan of(const RankLayerPlan& plan, int first, int slots) {
+    CopyPlan copies;
+    copies.keeps.assign(size_t(slots), false);
+    for (const auto& op : plan.slots)
+      if (op.action == SlotAction::Keep) copies.keeps[size_t(op.slot - first)] = true;
+    return copies;
+  }
+};
+
+struct PostedRead {
+  int source_rank = 0;
+  xfer::DescriptorListId local = 0;
+  xfer::DescriptorListId remote = 0;
+  xfer::RequestId request = 0;
+  uint64_t bytes = 0;
+  std::vector<int> experts;
+};
+
+// The READs of one attempt; released however the attempt ends.
+struct PostedReads {
+  xfer::Agent& agent;
+  std::vector<PostedRead> reads;
+  ~PostedReads() {
+    for (auto& read : reads) {
+      if (read.request) (void)agent.release(read.request);
+      if (read.local) (void)agent.release_descriptor_list(read.local);
+      if (read.remote) (void)agent.release_descriptor_list(read.remote);
+    }
+  }
+};
+
+struct Descriptors {
+  std::vector<xfer::Descriptor> local, remote;
+};
+
+std::string where(const AttemptContext& context) {
+  return fmt::format("layer {} on rank {}", context.layer, context.me);
+}
+
+// Staging rows are packed; remote rows are packed unless the peer's engine
+// memory has a wider stride, then one descriptor per row.
+void describe_run(const AttemptContext& context, const RankMap& source, const ReadRun& run, Descriptors& out,
+                  PostedRead& posted) {
+  const ExpertStore& store = context.store;
+  const int first = store.first_slot();
+  const int source_local = run.source_slot - int(source.first_slot);
+  const int tensors = int(store.layout().layers[context.layer].size());
+  for (int t = 0; t < tensors; ++t) {
+    const uint64_t row_bytes = store.row_bytes(context.layer, t);
+    auto [base, stride] = source.tensors[context.layer][t];
+    const int rows = stride == row_bytes ? 1 : run.count;
+    const uint64_t length = stride == row_bytes ? row_bytes * uint64_t(run.count) : row_bytes;
+    for (int i = 0; i < rows; ++i) {
+      auto staging = reinterpret_cast<uint64_t>(store.staging_row(context.layer, run.dest_slot - first + i, t));
+      out.local.push_back({staging, length, 0});
+      out.remote.push_back({base + uint64_t(source_local + i) * stride, length, 0});
+    }
+    posted.bytes += row_bytes * uint64_t(run.count);
+  }
+}
+
+// Prepares and posts the READ of one request (one source rank).
+Status post_read(const AttemptContext& context, const ReadRequest& request, const std::map<int, int>& slot_expert,
+                 PostedReads& posted_reads) {
+  const RankMap& source = context.ranks[request.source_rank];
+  PostedRead& posted = posted_reads.reads.emplace_back();
+  posted.source_rank = request.source_rank;
+  Descriptors descriptors;
+  for (const auto& run : request.runs) {
+    for (int i = 0; i < run.count; ++i) {
+      auto expert = slot_expert.find(run.dest_slot + i);
+      posted.experts.push_back(expert == slot_expert.end() ? -1 : expert->second);
+    }
+    describe_run(context, source, run, descriptors, posted);
+  }
+  const std::string what = fmt::format("READ of {} descriptors ({}) from rank {} (experts {})",
+                                       descriptors.remote.size(), format_bytes(posted.bytes), request.source_rank,
+                                       join_ints(posted.experts));
+  auto fail = [&](const Status& status, const char* step) {
+    return status.with_context(fmt::format("{}: {}{}", where(context), step, what));
+  };
+  auto local = context.agent.prepare_local(descriptors.local);
+  if (!local) return fail(local.status(), "preparing ");
+  posted.local = *local;
+  auto remote = context.agent.prepare_remote(source.agent_name, descriptors.remote);
+  if (!remote) return fail(remote.status(), "preparing ");
+  posted.remote = *remote;
+  auto request_id = context.agent.make_request(xfer::Operation::Read, posted.local, {}, posted.remote, {});
+  if (!request_id) return fail(request_id.status(), "");
+  posted.request = *request_id;
+  if (Status started = context.agent.post(posted.request); !started) return fail(started, "posting ");
+  return Status::ok();
+}
+
+// 1. READs into staging: one request per source rank.
+Status post_reads(const AttemptContext& context, PostedReads& posted) {
+  std::map<int, int> slot_expert;
+  for (const auto& op : context.plan.ranks[context.me].slots) slot_expert[op.slot] = op.expert;
+  for (const auto& request : context.plan.ranks[context.me].reads)
+    EPLB_TRY(post_read(context, request, slot_expert, posted));
+  return Status::ok();
+}
+
+std::optional<uint64_t>& staged(const AttemptContext& context, int slot, int tensor) {
+  const size_t tensors = context.store.layout().layers[context.layer].size();
+  return (*context.staged_sums)[size_t(slot - context.store.first_slot()) * tensors + size_t(tensor)];
+}
+
+// 2. Local copies from rows that change in this commit, while the READs
+// fly (the others wait for the commit: CopyPlan).
+void copy_locally(const AttemptContext& context) {
+  ExpertStore& store = context.store;
+  const int first = store.first_slot();
+  const int tensors = int(store.layout().layers[context.layer].size());
+  const RankLayerPlan& rank_plan = context.plan.ranks[context.me];
+  const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
+  for (const auto& op : rank_plan.slots) {
+    if (op.action != SlotAction::LocalCopy || op.copy_after_read || copies.deferred(op, first)) continue;
+    for (int t = 0; t < tensors; ++t) {
+      std::memcpy(store.staging_row(context.layer, op.slot - first, t),
+                  store.row(context.layer, op.source_slot - first, t), store.row_bytes(context.layer, t));
+      staged(context, op.slot, t) = store.cached_checksum(context.layer, op.source_slot - first, t);
+    }
+  }
+}
+
+// 3. Wait, with the deadline; a failure names every request that did not
+// finish, with its peer and experts.
+Status wait_reads(const AttemptContext& context, const PostedReads& posted) {
+  if (posted.reads.empty()) return Status::ok();
+  std::vector<xfer::RequestId> ids;
+  for (const auto& read : posted.reads) ids.push_back(read.request);
+  Status waited = context.agent.wait(ids, context.transfer_deadline);
+  if (waited) return waited;
+  std::string detail;
+  for (const auto& read : posted.reads) {
+    auto state = context.agent.status(read.request);
+    if (state.state == xfer::RequestState::Done) continue;
+    detail += fmt::format("{}READ from rank {} of experts {} ({}): {}", detail.empty() ? "" : "; ", read.source_rank,
+                          join_ints(read.experts), format_bytes(read.bytes),
+                          state.state == xfer::RequestState::Failed ? state.failure.to_string()
+                                                                    : "still in progress at the deadline");
+  }
+  return Status(waited.code(), fmt::format("{}: {}", where(context), detail.empty() ? waited.to_string() : detail));
+}
+
+// 4. Verify every received row against its source's checksum.
+Status verify_reads(const AttemptContext& context) {
+  const ExpertStore& store = context.store;
+  const int layer = context.layer, first = store.first_slot();
+  const int tensors = int(store.layout().layers[layer].size());
+  std::string mismatches;
+  int mismatch_count = 0;
+  for (const auto& op : context.plan.ranks[context.me].slots) {
+    if (op.action != SlotAction::RemoteRead) continue;
+    const auto& index = context.published.index[op.source_rank];
+    auto found = index.find(op.source_slot);
+    if (found == index.end())
+      return error(Code::Internal, fmt::format("{}: no published checksum for slot {} of rank {}", where(context),
+                                               op.source_slot, op.source_rank));
+    for (int t = 0; t < tensors; ++t) {
+      const uint64_t expected = context.published.sums[op.source_rank][found->second * size_t(tensors) + size_t(t)];
+      const uint8_t* row = store.staging_row(layer, op.slot - first, t);
+      const uint64_t got = bytes::checksum(std::span<const uint8_t>(row, store.row_bytes(layer, t)));
+      staged(context, op.slot, t) = expected;
+      if (got != expected && ++mismatch_count <= 4)
+        mismatches += fmt::format("{}expert {} read from rank {} slot {} tensor '{}' into slot {} (expected "
+                                  "{:#018x}, got {:#018x})",
+                                  mismatches.empty() ? "" : "; ", op.expert, op.source_rank, op.source_slot,
+                                  store.layout().layers[layer][t].name, op.slot, expected, got);
+    }
+  }
+  if (mismatch_count == 0) return Status::ok();
+  return error(Code::Mismatch, fmt::format("{}: checksum mismatch in {} received row(s): {}", where(context),
+                                           mismatch_count, mismatches));
+}
+
+}  // namespace
+
+Status run_attempt(const AttemptContext& context) {
+  context.staged_sums->assign(size_t(context.store.slots_per_rank()) *
+                                  context.store.layout().layers[context.layer].size(),
+                              std::nullopt);
+  Stopwatch phase;
+  {
+    PostedReads posted{context.agent, {}};
+    EPLB_TRY(post_reads(context, posted));
+    copy_locally(context);
+    EPLB_TRY(wait_reads(context, posted));
+  }
+  context.report->seconds_transfer += phase.seconds();
+  phase.reset();
+  Status verified = verify_reads(context);
+  context.report->seconds_verify += phase.seconds();
+  return verified;
+}
+
+void commit_layer(ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
+                  const std::vector<std::optional<uint64_t>>& staged_sums) {
+  const int first = store.first_slot();
+  const int tensors = int(store.layout().layers[layer].size());
+  const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
+  auto staged = [&](int slot, int t) { return staged_sums[size_t(slot - first) * size_t(tensors) + size_t(t)]; };
+  for (const auto& op : rank_plan.slots) {
+    if (op.action == SlotAction::Keep) continue;
+    const bool from_live = copies.deferred(op, first);
+    const int from = op.copy_after_read || from_live ? op.source_slot : op.slot;
+    for (int t = 0; t < tensors; ++t) {
+      const uint8_t* source = from_live ? store.row(layer, from - first, t) : store.staging_row(layer, from - first, t);
+      std::memcpy(store.row(layer, op.slot - first, t), source, store.row_bytes(layer, t));
+      store.remember_checksum(layer, op.slot - first, t,
+                              from_live ? store.cached_checksum(layer, from - first, t) : staged(from, t));
+    }
+  }
+}
+
+std::string encode_sums(const std::vector<uint64_t>& sums) {
+  bytes::Writer writer;
+  writer.raw(kSumMagic);
+  writer.u64(sums.size());
+  for (uint64_t sum : sums) writer.u64(sum);
+  return writer.take();
+}
+
+Result<std::vector<uint64_t>> decode_sums(std::string_view message, size_t expected_count, int rank, int layer) {
+  bytes::Reader reader(message);
+  const bool ok = reader.expect(kSumMagic) && reader.u64() == expected_count && reader.ok() &&
+                  reader.remaining() == expected_count * sizeof(uint64_t);
+  if (!ok)
+    return error(Code::Mismatch, fmt::format("layer {}: checksum message from rank {} ({} bytes) does not hold the "
+                                             "expected {} checksums",
+                                             layer, rank, message.size(), expected_count));
+  std::vector<uint64_t> sums(expected_count);
+  for (auto& sum : sums) sum = reader.u64();
+  return sums;
+}
+
+}  // namespace eplb::migrate

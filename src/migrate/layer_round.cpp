@@ -1,0 +1,291 @@
+// layer_round.cpp - Migrator::migrate: the round, layer by layer. Per layer:
+// plan, publish checksums, attempts (layer_attempt.cpp) each closed by a
+// unanimous vote, commit or retry, abort after the last retry. Also the
+// round report's sums and the after-round agreement.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/bytes.h"
+#include "migrator_state.h"
+
+namespace eplb {
+namespace migrate {
+namespace {
+
+constexpr std::string_view kOutcomeMagic = "EPLBOUTCOME";
+constexpr uint32_t kOutcomeVersion = 1;
+
+std::string layer_list(const std::vector<int>& layers) { return layers.empty() ? "none" : join_ints(layers, 64); }
+
+// One layer of one round on this rank.
+class LayerRun {
+ public:
+  LayerRun(Migrator::State& state, const MigrateOptions& options, int layer, const std::vector<int>& committed)
+      : state_(state), options_(options), layer_(layer), committed_(committed) {
+    report_.layer = layer;
+  }
+  // Ok when the layer committed or had nothing to move; otherwise the
+  // Status that stops the round.
+  Status run(Placement& current, const Placement& target);
+  LayerReport& report() { return report_; }
+
+ private:
+  void record_plan(const LayerPlan& plan);
+  void set_deadlines(const LayerPlan& plan);
+  PublishedSums publish_checksums(const LayerPlan& plan, Status* lost_status);
+  Status attempt(const LayerPlan& plan, const PublishedSums& published, Placement& current, const Placement& target,
+                 int number, bool* committed);
+  Status lost(const Status& failure, const std::string& during);
+
+  Migrator::State& state_;
+  const MigrateOptions& options_;
+  const int layer_;
+  const std::vector<int>& committed_;
+  LayerReport report_;
+  double transfer_seconds_ = 0;
+  double collective_seconds_ = 0;
+  std::string last_failure_;
+  std::vector<std::optional<uint64_t>> staged_sums_;
+};
+
+void LayerRun::record_plan(const LayerPlan& plan) {
+  const uint64_t expert_bytes = state_.store->layout().bytes_per_expert(layer_);
+  report_.bytes_kept = uint64_t(plan.stats.slots_kept) * expert_bytes;
+  report_.bytes_local = uint64_t(plan.stats.slots_local_copy) * expert_bytes;
+  report_.bytes_intra_node = uint64_t(plan.stats.slots_read_intra_node) * expert_bytes;
+  report_.bytes_inter_node = uint64_t(plan.stats.slots_read_inter_node) * expert_bytes;
+  report_.requests = plan.stats.requests;
+  report_.descriptors = plan.stats.descriptors;
+  for (const auto& request : plan.ranks[state_.me()].reads)
+    report_.bytes_read_here += uint64_t(request.slots()) * expert_bytes;
+  report_.changed =
+      plan.stats.slots_local_copy + plan.stats.slots_read_intra_node + plan.stats.slots_read_inter_node > 0;
+}
+
+// The transfer deadline scales with what a rank reads; collectives wait for
+// the slowest rank's transfers plus a margin. Every rank computes the same
+// plan, so the largest read is known everywhere.
+void LayerRun::set_deadlines(const LayerPlan& plan) {
+  const uint64_t expert_bytes = state_.store->layout().bytes_per_expert(layer_);
+  uint64_t largest_read = 0;
+  for (const auto& rank_plan : plan.ranks) {
+    uint64_t bytes = 0;
+    for (const auto& request : rank_plan.reads) bytes += uint64_t(request.slots()) * expert_bytes;
+    largest_read = std::max(largest_read, bytes);
+  }
+  transfer_seconds_ = options_.timeout_seconds > 0 ? options_.timeout_seconds
+                                                   : 5.0 + double(largest_read) / double(256ull << 20);
+  collective_seconds_ =
+      options_.collective_timeout_seconds > 0 ? options_.collective_timeout_seconds : transfer_seconds_ + 10.0;
+}
+
+Status LayerRun::lost(const Status& failure, const std::string& during) {
+  report_.failure = failure.to_string();
+  return Status(failure.code(),
+                fmt::format("migration stopped on rank {} at layer {} ({}): {}; layer {} kept its old placement on "
+                            "this rank (live weights and mapping untouched); layers committed to the new placement "
+                            "this round: {}",
+                            state_.me(), layer_, during, failure.message(), layer_, layer_list(committed_)));
+}
+
+// Sources publish the checksum of every row a peer reads in this layer
+// (remembered by the store when known, computed otherwise).
+PublishedSums LayerRun::publish_checksums(const LayerPlan& plan, Status* lost_status) {
+  const int tensors = state_.tensors(layer_), me = state_.me();
+  ExpertStore& store = *state_.store;
+  Stopwatch phase;
+  std::vector<uint64_t> mine;
+  mine.reserve(plan.slots_read_from[me].size() * size_t(tensors));
+  for (int slot : plan.slots_read_from[me])
+    for (int t = 0; t < tensors; ++t) mine.push_back(store.known_checksum(layer_, slot - store.first_slot(), t));
+  const std::string message = encode_sums(mine);
+  auto gathered = with_progress(*state_.agent, [&] {
+    return state_.group->allgather(message, Deadline::after_seconds(collective_seconds_));
+  });
+  report_.seconds_checksum += phase.seconds();
+  PublishedSums published;
+  if (!gathered) {
+    *lost_status = lost(gathered.status(), "publishing checksums");
+    return published;
+  }
+  const int ranks = state_.topology.num_ranks;
+  published.sums.resize(size_t(ranks));
+  published.index.resize(size_t(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const auto& slots = plan.slots_read_from[r];
+    for (size_t i = 0; i < slots.size(); ++i) published.index[r][slots[i]] = i;
+    auto decoded = decode_sums(gathered.value()[r], slots.size() * size_t(tensors), r, layer_);
+    if (decoded) published.sums[r] = std::move(decoded).value();
+    else if (published.status.is_ok()) published.status = decoded.status();
+  }
+  return published;
+}
+
+// One attempt and its vote; *committed when the vote was unanimous.
+Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, Placement& current,
+                         const Placement& target, int number, bool* committed) {
+  if (options_.before_attempt) options_.before_attempt(layer_, number);
+  Status outcome = published.status;
+  if (outcome) {
+    AttemptContext context{*state_.agent, *state_.store, state_.ranks, plan, published, state_.me(), layer_,
+                           Deadline::after_seconds(transfer_seconds_), &report_, &staged_sums_};
+    outcome = run_attempt(context);
+  }
+  std::vector<std::string> reasons;
+  const std::string my_reason = outcome.is_ok() ? std::string() : outcome.to_string();
+  Stopwatch phase;
+  auto vote = with_progress(*state_.agent, [&] {
+    return state_.group->vote(outcome.is_ok(), my_reason, Deadline::after_seconds(collective_seconds_), &reasons);
+  });
+  report_.seconds_vote += phase.seconds();
+  if (!vote) return lost(vote.status(), fmt::format("voting on attempt {}", number + 1));
+  if (*vote) {
+    // Unanimous: every rank's reads of this layer have landed, so no peer
+    // reads these rows any more. Staging -> live, switch the mapping.
+    phase.reset();
+    commit_layer(*state_.store, plan.ranks[state_.me()], layer_, staged_sums_);
+    report_.seconds_commit += phase.seconds();
+    if (Status switched = current.set_layer(layer_, target, layer_); !switched)
+      return lost(switched, "switching the mapping");
+    *committed = true;
+    return Status::ok();
+  }
+  last_failure_.clear();
+  for (size_t r = 0; r < reasons.size(); ++r) {
+    if (reasons[r].empty()) continue;
+    std::string reason = reasons[r].size() > 700 ? reasons[r].substr(0, 700) + "..." : reasons[r];
+    last_failure_ += fmt::format("{}rank {} voted no: {}", last_failure_.empty() ? "" : "; ", r, reason);
+  }
+  if (last_failure_.empty()) last_failure_ = "a rank voted no without a reason";
+  report_.failure = fmt::format("attempt {}: {}", number + 1, last_failure_);
+  if (number < options_.retries) ++report_.retries;
+  return Status::ok();
+}
+
+Status LayerRun::run(Placement& current, const Placement& target) {
+  auto planned = plan_layer(current.layer_phy2log(layer_), target.layer_phy2log(layer_), state_.topology, layer_);
+  if (!planned) return planned.status().with_context(fmt::format("planning layer {}", layer_));
+  const LayerPlan& plan = planned.value();
+  record_plan(plan);
+  // Same experts in the same slots: only the replica order may differ.
+  if (!report_.changed) return current.set_layer(layer_, target, layer_);
+  set_deadlines(plan);
+  Status lost_status;
+  PublishedSums published = publish_checksums(plan, &lost_status);
+  EPLB_TRY(lost_status);
+  bool committed = false;
+  for (int number = 0; number <= options_.retries && !committed; ++number)
+    EPLB_TRY(attempt(plan, published, current, target, number, &committed));
+  if (!committed)
+    return error(Code::Aborted,
+                 fmt::format("layer {} aborted after {} attempt(s): {}. layer {} kept its old placement on every rank "
+                             "(staging dropped, live weights and mapping untouched); layers committed to the new "
+                             "placement this round: {}",
+                             layer_, options_.retries + 1, last_failure_, layer_, layer_list(committed_)));
+  report_.committed = true;
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace migrate
+
+RoundReport Migrator::migrate(Placement& current, const Placement& target) {
+  RoundReport report;
+  Stopwatch round;
+  if (Status valid = current.validate_against(state_->topology); !valid)
+    report.status = valid.with_context("migrate: the current placement");
+  else if (Status valid_target = target.validate_against(state_->topology); !valid_target)
+    report.status = valid_target.with_context("migrate: the target placement");
+  std::vector<int> committed;
+  for (int layer = 0; report.status.is_ok() && layer < state_->topology.num_layers; ++layer) {
+    Stopwatch layer_clock;
+    migrate::LayerRun run(*state_, options_, layer, committed);
+    report.status = run.run(current, target);
+    LayerReport& layer_report = run.report();
+    layer_report.seconds = layer_clock.seconds();
+    if (options_.on_layer_done) options_.on_layer_done(layer_report);
+    if (layer_report.committed) committed.push_back(layer);
+    report.layers.push_back(std::move(layer_report));
+  }
+  report.seconds = round.seconds();
+  return report;
+}
+
+namespace {
+template <typename Field>
+uint64_t sum_committed(const std::vector<LayerReport>& layers, Field field) {
+  uint64_t sum = 0;
+  for (const auto& layer : layers) sum += layer.committed ? layer.*field : 0;
+  return sum;
+}
+}  // namespace
+
+uint64_t RoundReport::bytes_local() const { return sum_committed(layers, &LayerReport::bytes_local); }
+uint64_t RoundReport::bytes_intra_node() const { return sum_committed(layers, &LayerReport::bytes_intra_node); }
+uint64_t RoundReport::bytes_inter_node() const { return sum_committed(layers, &LayerReport::bytes_inter_node); }
+uint64_t RoundReport::bytes_moved() const { return bytes_local() + bytes_intra_node() + bytes_inter_node(); }
+int RoundReport::retries() const {
+  int sum = 0;
+  for (const auto& layer : layers) sum += layer.retries;
+  return sum;
+}
+int RoundReport::failures() const {
+  return int(std::count_if(layers.begin(), layers.end(), [](const auto& layer) { return !layer.failure.empty(); }));
+}
+int RoundReport::layers_committed() const {
+  return int(std::count_if(layers.begin(), layers.end(), [](const auto& layer) { return layer.committed; }));
+}
+
+uint64_t mapping_hash(const Placement& placement) {
+  const auto& phy2log = placement.phy2log_data();
+  return bytes::checksum(std::string_view(reinterpret_cast<const char*>(phy2log.data()),
+                                          phy2log.size() * sizeof(int32_t)));
+}
+
+namespace {
+
+std::string encode_outcome(const RankOutcome& outcome) {
+  bytes::Writer writer;
+  writer.raw(migrate::kOutcomeMagic);
+  writer.u32(migrate::kOutcomeVersion);
+  writer.f64(outcome.seconds);
+  writer.u64(outcome.mapping_hash);
+  writer.blob(outcome.check_failure);
+  return writer.take();
+}
+
+Result<RankOutcome> decode_outcome(std::string_view message, int rank) {
+  bytes::Reader reader(message);
+  RankOutcome outcome;
+  const bool header = reader.expect(migrate::kOutcomeMagic) && reader.u32() == migrate::kOutcomeVersion;
+  outcome.seconds = reader.f64();
+  outcome.mapping_hash = reader.u64();
+  outcome.check_failure = std::string(reader.blob(1 << 20));
+  if (!header || !reader.at_end() || !(outcome.seconds >= 0))
+    return error(Code::Mismatch, fmt::format("rank {} sent a malformed round outcome ({} bytes, bad at byte {})",
+                                             rank, message.size(), reader.position()));
+  return outcome;
+}
+
+}  // namespace
+
+Result<RoundAgreement> agree_on_round(ProcessGroup& group, const RankOutcome& mine, Deadline deadline) {
+  EPLB_ASSIGN_OR_RETURN(auto gathered, group.allgather(encode_outcome(mine), deadline));
+  RoundAgreement agreement;
+  agreement.agreed = true;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    EPLB_ASSIGN_OR_RETURN(RankOutcome theirs, decode_outcome(gathered[r], int(r)));
+    agreement.slowest_seconds = std::max(agreement.slowest_seconds, theirs.seconds);
+    if (!agreement.agreed) continue;
+    if (!theirs.check_failure.empty())
+      agreement.failure = fmt::format("rank {}: {}", r, theirs.check_failure);
+    else if (theirs.mapping_hash != mine.mapping_hash)
+      agreement.failure = fmt::format("rank {} committed a different mapping ({:016x}) than rank {} ({:016x})", r,
+                                      theirs.mapping_hash, group.rank(), mine.mapping_hash);
+    agreement.agreed = agreement.failure.empty();
+  }
+  return agreement;
+}
+
+}  // namespace eplb

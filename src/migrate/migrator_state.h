@@ -1,0 +1,99 @@
+// migrator_state.h (internal) - what the Migrator keeps between calls and
+// the pieces of the per-layer protocol, shared by migrator.cpp (set-up),
+// layer_round.cpp (the per-layer loop) and layer_attempt.cpp (one attempt).
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "eplb/migrate.h"
+#include "eplb/plan.h"
+
+namespace eplb::migrate {
+
+// What one rank tells the others at set-up.
+struct RankMap {
+  std::string layout;    // StoreLayout::encode()
+  std::string metadata;  // xfer agent metadata
+  std::string agent_name;
+  uint32_t first_slot = 0;
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> tensors;  // [layer][tensor] -> (address, stride)
+  std::string setup_error;  // non-empty: this rank failed locally before the exchange
+};
+std::string encode_map(const RankMap& map);
+Result<RankMap> decode_map(std::string_view message, int rank);
+
+// "3,7,12,... (40 in all)"
+std::string join_ints(const std::vector<int>& values, size_t limit = 12);
+
+// Runs a collective on a helper thread while this thread keeps driving the
+// transfer agent: with transports that emulate one-sided READs in software
+// (UCX over shared memory without CMA, for example) a source only serves
+// its peers' READs while it progresses, and it must keep serving them while
+// it waits for the slowest rank in a vote. The collective has its own
+// deadline, so the loop ends.
+template <typename Collective>
+auto with_progress(xfer::Agent& agent, Collective&& collective) {
+  auto pending = std::async(std::launch::async, std::forward<Collective>(collective));
+  while (pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    agent.progress();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return pending.get();
+}
+
+// The checksums every source published for one layer.
+struct PublishedSums {
+  std::vector<std::vector<uint64_t>> sums;        // [source rank][row], row = position * tensors + tensor
+  std::vector<std::map<int, size_t>> index;       // [source rank] slot -> position in slots_read_from
+  Status status;                                  // a malformed message, if any
+};
+std::string encode_sums(const std::vector<uint64_t>& sums);
+Result<std::vector<uint64_t>> decode_sums(std::string_view message, size_t expected_count, int rank, int layer);
+
+// Everything one rank needs for one attempt of one layer, up to (not
+// including) the vote.
+struct AttemptContext {
+  xfer::Agent& agent;
+  ExpertStore& store;
+  const std::vector<RankMap>& ranks;
+  const LayerPlan& plan;
+  const PublishedSums& published;
+  int me;
+  int layer;
+  Deadline transfer_deadline;
+  LayerReport* report;
+  // Out: XXH3 of every staged row, [local slot * tensors + tensor], where
+  // known (verified reads, copies of rows with a known checksum).
+  std::vector<std::optional<uint64_t>>* staged_sums;
+};
+// Ok when every row this rank needs is in staging and verified; otherwise
+// the reason (also the rank's vote).
+Status run_attempt(const AttemptContext& context);
+// After a unanimous vote: every changed slot's live rows get their new
+// expert, and the store remembers their checksums.
+void commit_layer(ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
+                  const std::vector<std::optional<uint64_t>>& staged_sums);
+
+}  // namespace eplb::migrate
+
+namespace eplb {
+
+struct Migrator::State {
+  ProcessGroup* group = nullptr;
+  xfer::Agent* agent = nullptr;
+  ExpertStore* store = nullptr;
+  Topology topology;
+  std::vector<xfer::RegionId> regions;
+  std::vector<migrate::RankMap> ranks;  // indexed by rank
+
+  int me() const { return group->rank(); }
+  int tensors(int layer) const { return int(store->layout().layers[layer].size()); }
+};
+
+}  // namespace eplb

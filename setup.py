@@ -4,12 +4,15 @@ plan), and the pure-Python modules in python/eplb.
 
 The CMake build directory is build-python/cmake inside the repository (or
 $EPLB_PYTHON_BUILD_DIR), kept between installs so a re-install only
-recompiles what changed. $EPLB_JOBS limits the parallel compile jobs.
+recompiles what changed. $EPLB_JOBS limits the parallel compile jobs;
+$EPLB_CMAKE_ARGS adds CMake arguments (scripts/sanitize.sh python-asan
+builds a sanitized extension this way).
 The version comes from CMakeLists.txt's project(eplb VERSION ...), the one
 source of truth the CLI's --version uses as well.
 """
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -45,7 +48,7 @@ class CMakeBuild(build_ext):
             "-DEPLB_BUILD_TESTS=OFF", "-DEPLB_BUILD_BENCH=OFF", "-DEPLB_BUILD_FUZZERS=OFF",
             "-DEPLB_BUILD_PYTHON=ON",
             f"-DPython_EXECUTABLE={sys.executable}",
-        ]
+        ] + shlex.split(os.environ.get("EPLB_CMAKE_ARGS", ""))
         if not (build_dir / "CMakeCache.txt").exists() and shutil.which("ninja"):
             configure += ["-G", "Ninja"]
         jobs = os.environ.get("EPLB_JOBS", str(os.cpu_count() or 1))

@@ -71,13 +71,39 @@ def run_one_at_a_time(loads, repeats):
     return time.perf_counter() - start, results
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="running faster in parallel needs 2 cores")
-def test_four_threads_give_the_same_results_and_run_faster():
+def test_four_threads_give_the_same_results():
+    """4 threads calling policies at once (several policies, threads=2 inside too) get the sequential results."""
+    loads = [long_load(60, seed=20 + i) for i in range(4)]
+    policies = ["deepseek", "relabel", "incremental", "balanced"]
+    expected = [eplb.rebalance_experts(load, *COUNTS, policy=policy, threads=2) for load, policy in zip(loads, policies)]
+    results, failures = {}, []
+
+    def work(index):
+        try:
+            for _ in range(3):
+                results[index] = eplb.rebalance_experts(loads[index], *COUNTS, policy=policies[index], threads=2)
+                for got, want in zip(results[index], expected[index]):
+                    assert np.array_equal(got, want)
+        except Exception as failure:  # reported below, never swallowed
+            failures.append(failure)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    assert sorted(results) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="running faster in parallel needs 2 cores")
+def test_four_threads_run_faster_than_one_at_a_time():
     """4 threads at once: results equal one-at-a-time; wall time below one-at-a-time's.
 
     On a shared 2-core machine a single measurement can be disturbed, so up to 5 rounds run and the
-    best ratio counts; with the GIL held no round could go below 1.0. The benchmark
-    (bench/python_policy.py) reports the speedup with medians.
+    best ratio counts; with the GIL held no round goes below 1.0 (measured: 1.0-1.1), released on
+    2 idle cores it is about 0.55. A machine whose cores are both busy with other work cannot show
+    any speedup; the benchmark (bench/python_policy.py) reports the speedup with medians.
     """
     loads = [long_load(800, seed=10 + i) for i in range(4)]
     ratios = []
@@ -88,6 +114,6 @@ def test_four_threads_give_the_same_results_and_run_faster():
             for got, want in zip(results[index], expected[index]):
                 assert np.array_equal(got, want)
         ratios.append(together / alone)
-        if ratios[-1] < 0.8:
+        if ratios[-1] < 0.9:
             break
-    assert min(ratios) < 0.8, f"4 threads took {[round(r, 2) for r in ratios]} of the one-at-a-time time"
+    assert min(ratios) < 0.9, f"4 threads took {[round(r, 2) for r in ratios]} of the one-at-a-time time"

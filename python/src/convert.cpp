@@ -123,13 +123,6 @@ Placement placement_from_array(const IndexArray& phy2log, int num_experts, const
   return std::move(placement).value();
 }
 
-py::array_t<int64_t> int64_array(std::span<const int32_t> values, const std::vector<py::ssize_t>& shape) {
-  py::array_t<int64_t> array(shape);
-  int64_t* out = array.mutable_data();
-  for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
-  return array;
-}
-
 py::array_t<double> float64_array(std::span<const double> values, const std::vector<py::ssize_t>& shape) {
   py::array_t<double> array(shape);
   std::copy(values.begin(), values.end(), array.mutable_data());

@@ -65,8 +65,17 @@ int columns_of(const py::array& array);
 // A Placement from a [L][R] phy2log over E experts (every expert needs a replica).
 Placement placement_from_array(const IndexArray& phy2log, int num_experts, const char* name);
 
-// A new int64 / float64 numpy array of the given shape holding `values`.
-py::array_t<int64_t> int64_array(std::span<const int32_t> values, const std::vector<py::ssize_t>& shape);
+// A new float64 numpy array of the given shape holding `values`.
 py::array_t<double> float64_array(std::span<const double> values, const std::vector<py::ssize_t>& shape);
+
+// int64 copies of int32 results (output.cpp): one new numpy array per part,
+// all in one block of memory that lives while any of them does. A block of
+// 1 MiB or more is 2 MiB-aligned and advised as a transparent huge page.
+struct Int64Part {
+  std::span<const int32_t> values;
+  std::vector<py::ssize_t> shape;
+};
+std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& parts);
+py::array_t<int64_t> int64_array(std::span<const int32_t> values, const std::vector<py::ssize_t>& shape);
 
 }  // namespace eplb::python

@@ -36,10 +36,13 @@ py::dict read_placement(const std::string& path) {
   PlacementFile file = value_or_throw(read_placement_file(path));
   const Placement& placement = file.placement;
   py::dict out = topology_dict(file.topology);
-  out["phy2log"] = int64_array(placement.phy2log_data(), {placement.num_layers(), placement.num_slots()});
-  out["log2phy"] = int64_array(placement.log2phy_data(),
-                               {placement.num_layers(), placement.num_experts(), placement.max_replicas()});
-  out["logcnt"] = int64_array(placement.logcnt_data(), {placement.num_layers(), placement.num_experts()});
+  auto arrays = int64_arrays(
+      {{placement.phy2log_data(), {placement.num_layers(), placement.num_slots()}},
+       {placement.log2phy_data(), {placement.num_layers(), placement.num_experts(), placement.max_replicas()}},
+       {placement.logcnt_data(), {placement.num_layers(), placement.num_experts()}}});
+  out["phy2log"] = arrays[0];
+  out["log2phy"] = arrays[1];
+  out["logcnt"] = arrays[2];
   return out;
 }
 

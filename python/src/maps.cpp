@@ -32,8 +32,9 @@ py::tuple logical_maps(const IndexArray& phy2log, int num_experts) {
       if (int32_t e = values[l * slots + s]; e >= 0)
         log2phy[(l * experts + e) * width + filled[e]++] = static_cast<int32_t>(s);
   }
-  return py::make_tuple(int64_array(log2phy, {py::ssize_t(layers), py::ssize_t(experts), py::ssize_t(width)}),
-                        int64_array(counts, {py::ssize_t(layers), py::ssize_t(experts)}));
+  auto arrays = int64_arrays({{log2phy, {py::ssize_t(layers), py::ssize_t(experts), py::ssize_t(width)}},
+                              {counts, {py::ssize_t(layers), py::ssize_t(experts)}}});
+  return py::make_tuple(arrays[0], arrays[1]);
 }
 
 // One rank's slots [0, count) of one layer: experts that stay keep their old

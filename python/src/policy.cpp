@@ -51,11 +51,6 @@ Placement placement_in_force(const std::optional<IndexArray>& current, const Top
   return placement_from_array(*current, topology.num_experts, "current");
 }
 
-py::array_t<int64_t> log2phy_array(const Placement& placement) {
-  return int64_array(placement.log2phy_data(),
-                     {placement.num_layers(), placement.num_experts(), placement.max_replicas()});
-}
-
 // Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
 py::tuple place(const DoubleArray& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
   LoadTrace trace = trace_from_array(weight, "weight");
@@ -80,10 +75,11 @@ py::tuple place(const DoubleArray& weight, const PlaceArguments& arguments, cons
     }
   }
   const Placement& placement = value_or_throw(std::move(placed));
-  return py::make_tuple(int64_array(placement.phy2log_data(), {topology.num_layers, topology.num_slots}),
-                        log2phy_array(placement),
-                        int64_array(placement.logcnt_data(), {topology.num_layers, topology.num_experts}),
-                        seconds);
+  auto arrays = int64_arrays(
+      {{placement.phy2log_data(), {topology.num_layers, topology.num_slots}},
+       {placement.log2phy_data(), {topology.num_layers, topology.num_experts, placement.max_replicas()}},
+       {placement.logcnt_data(), {topology.num_layers, topology.num_experts}}});
+  return py::make_tuple(arrays[0], arrays[1], arrays[2], seconds);
 }
 
 }  // namespace

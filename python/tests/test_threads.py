@@ -117,3 +117,25 @@ def test_four_threads_run_faster_than_one_at_a_time():
         if ratios[-1] < 0.9:
             break
     assert min(ratios) < 0.9, f"4 threads took {[round(r, 2) for r in ratios]} of the one-at-a-time time"
+
+
+def test_results_outlive_later_calls():
+    """Result arrays share one block per call (huge pages, output.cpp); released blocks are reused.
+
+    Results kept by the caller (numpy arrays, torch tensors made from them, views) must never be
+    overwritten by later calls, whatever is dropped in between.
+    """
+    import torch
+
+    loads = [long_load(58, seed=30 + i) for i in range(6)]
+    expected = [tuple(np.copy(a) for a in eplb.rebalance_experts(load, *COUNTS)) for load in loads]
+    kept = {}
+    for round_ in range(3):
+        for index, load in enumerate(loads):
+            result = eplb.rebalance_experts(torch.from_numpy(load) if index % 2 else load, *COUNTS)
+            if (index + round_) % 3 == 0:
+                kept[(round_, index)] = (result[1][5], result[0])  # a view of log2phy, and phy2log
+            del result
+    for (round_, index), (log2phy_row, phy2log) in kept.items():
+        assert np.array_equal(np.asarray(log2phy_row), expected[index][1][5])
+        assert np.array_equal(np.asarray(phy2log), expected[index][0])

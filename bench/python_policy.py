@@ -115,7 +115,7 @@ def shape_row(name, load, load_path, counts, arguments, cli):
             "numpy/2 threads": median(by_numpy) / median(two_threads)}
 
 
-def thread_rounds(loads, counts, rounds, calls=4):
+def thread_rounds(loads, counts, rounds, calls=25):
     """Median and spread of (4 threads at once) / (the same calls one at a time)."""
     ratios = []
     for _ in range(rounds):
@@ -165,7 +165,7 @@ def main() -> int:
         print(f"{name:<20} " + " ".join(f"{row[key]:>15.2f}" for key in keys))
     loads = [np.roll(load, shift, axis=1) for shift in range(4)]
     thread_ratios = thread_rounds(loads, SHAPES[0][1:], arguments.threads_rounds)
-    print(f"\n4 threads x 4 calls ({SHAPES[0][0]}) / the same 16 calls one at a time: median "
+    print(f"\n4 threads x 25 calls ({SHAPES[0][0]}) / the same 100 calls one at a time: median "
           f"{statistics.median(thread_ratios):.2f} (speedup {1 / statistics.median(thread_ratios):.2f}x), "
           f"range {min(thread_ratios):.2f}-{max(thread_ratios):.2f} over {len(thread_ratios)} rounds")
     load_path.unlink()

@@ -144,10 +144,11 @@ def evaluate(results, *, title=None, out=None):
         raise Error(f"{source}: not `eplb evaluate --json` output (no 'policies')", "parse error")
     figure = _figure(11, 7)
     balance, moved = figure.subplots(2, 1, sharex=True)
-    for policy in data["policies"]:
+    for index, policy in enumerate(data["policies"]):
         name, steps, next_window, gigabytes = _policy_series(policy, source)
-        balance.plot(steps, next_window, "o-", markersize=3, label=f"{name} (mean {np.mean(next_window):.3f})")
-        moved.plot(steps, gigabytes, "o-", markersize=3, label=f"{name} (mean {np.mean(gigabytes):.1f} GB)")
+        style = dict(marker="os^dv"[index % 5], linestyle=["-", "--", "-.", ":"][index % 4], markersize=4)
+        balance.plot(steps, next_window, label=f"{name} (mean {np.mean(next_window):.3f})", **style)
+        moved.plot(steps, gigabytes, label=f"{name} (mean {np.mean(gigabytes):.1f} GB)", **style)
     balance.set_ylabel("balancedness on the next window")
     balance.grid(alpha=0.3)
     balance.legend(loc="lower right", fontsize="small")

@@ -100,14 +100,14 @@ def test_four_threads_give_the_same_results():
 def test_four_threads_run_faster_than_one_at_a_time():
     """4 threads at once: results equal one-at-a-time; wall time below one-at-a-time's.
 
-    On a shared 2-core machine a single measurement can be disturbed, so up to 5 rounds run and the
+    On a shared 2-core machine a single measurement can be disturbed, so up to 8 rounds run and the
     best ratio counts; with the GIL held no round goes below 1.0 (measured: 1.0-1.1), released on
     2 idle cores it is about 0.55. A machine whose cores are both busy with other work cannot show
     any speedup; the benchmark (bench/python_policy.py) reports the speedup with medians.
     """
     loads = [long_load(800, seed=10 + i) for i in range(4)]
     ratios = []
-    for _ in range(5):
+    for _ in range(8):
         alone, expected = run_one_at_a_time(loads, repeats=2)
         together, results = run_in_threads(loads, repeats=2)
         for index in range(len(loads)):
@@ -116,7 +116,8 @@ def test_four_threads_run_faster_than_one_at_a_time():
         ratios.append(together / alone)
         if ratios[-1] < 0.9:
             break
-    assert min(ratios) < 0.9, f"4 threads took {[round(r, 2) for r in ratios]} of the one-at-a-time time"
+    assert min(ratios) < 0.9, (f"4 threads took {[round(r, 2) for r in ratios]} of the one-at-a-time time "
+                               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
 
 
 def test_results_outlive_later_calls():

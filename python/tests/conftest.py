@@ -2,7 +2,8 @@
 
 The tests import the installed package (scripts/test.sh installs it in the
 repository's .venv), never python/eplb from the source tree. Temporary files
-go under build-python/pytest in the repository, not /tmp. The eplb CLI
+go under build-python/pytest in the repository, not /tmp (the repository's
+root conftest.py sets that, early enough for every way pytest starts). The eplb CLI
 (for the "identical to the CLI" tests) is $EPLB_CLI, else build/eplb of
 this repository: a missing CLI fails those tests, it does not skip them.
 """
@@ -14,11 +15,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def pytest_configure(config):
-    if config.option.basetemp is None:
-        config.option.basetemp = str(REPO / "build-python" / "pytest")
 
 
 @pytest.fixture(scope="session")

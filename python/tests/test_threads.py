@@ -43,6 +43,7 @@ def test_another_thread_runs_while_a_policy_runs():
 
 
 def run_in_threads(loads, repeats):
+    """(wall seconds, CPU seconds of the process, results) of one thread per load, all at once."""
     results, failures = {}, []
 
     def work(index):
@@ -53,13 +54,13 @@ def run_in_threads(loads, repeats):
             failures.append(failure)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(loads))]
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not failures, failures
-    return time.perf_counter() - start, results
+    return time.perf_counter() - start, time.process_time() - cpu_start, results
 
 
 def run_one_at_a_time(loads, repeats):
@@ -100,24 +101,29 @@ def test_four_threads_give_the_same_results():
 def test_four_threads_run_faster_than_one_at_a_time():
     """4 threads at once: results equal one-at-a-time; wall time below one-at-a-time's.
 
-    On a shared 2-core machine a single measurement can be disturbed, so up to 8 rounds run and the
-    best ratio counts; with the GIL held no round goes below 1.0 (measured: 1.0-1.1), released on
-    2 idle cores it is about 0.55. A machine whose cores are both busy with other work cannot show
-    any speedup; the benchmark (bench/python_policy.py) reports the speedup with medians.
+    Up to 8 rounds; the first whose ratio is below 0.9 passes (with the GIL held no round goes below
+    1.0, measured 1.0-1.1; on 2 idle cores it is about 0.55). A machine whose cores are busy with
+    other work cannot show a speedup: when no round got even 1.3 cores of CPU time for this process
+    while its 4 threads ran, the test is skipped with the numbers (it fails when the process did get
+    the cores and still no round was faster). test_another_thread_runs_while_a_policy_runs proves
+    the GIL release on any machine; bench/python_policy.py reports the speedup with medians.
     """
     loads = [long_load(800, seed=10 + i) for i in range(4)]
-    ratios = []
+    ratios, cores = [], []
     for _ in range(8):
         alone, expected = run_one_at_a_time(loads, repeats=2)
-        together, results = run_in_threads(loads, repeats=2)
+        together, cpu, results = run_in_threads(loads, repeats=2)
         for index in range(len(loads)):
             for got, want in zip(results[index], expected[index]):
                 assert np.array_equal(got, want)
-        ratios.append(together / alone)
+        ratios.append(round(together / alone, 2))
+        cores.append(round(cpu / together, 2))
         if ratios[-1] < 0.9:
-            break
-    assert min(ratios) < 0.9, (f"4 threads took {[round(r, 2) for r in ratios]} of the one-at-a-time time "
-                               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+            return
+    numbers = f"4 threads took {ratios} of the one-at-a-time time, using {cores} cores of CPU"
+    if max(cores) < 1.3:
+        pytest.skip(f"the machine is busy, no second core to measure with: {numbers}")
+    pytest.fail(numbers)
 
 
 def test_results_outlive_later_calls():

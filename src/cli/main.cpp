@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       "Places expert replicas on ranks from load statistics, plans the smallest\n"
       "weight migration, and moves the weights with verified one-sided transfers."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "eplb 0.1.0");
+  app.set_version_flag("--version", "eplb " EPLB_VERSION);
   auto commands = registry();
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -1,0 +1,33 @@
+"""eplb: expert-parallel load balancing for Mixture-of-Experts models, from Python.
+
+The placement half of eplb's C++ library (docs/python.md):
+
+    import eplb
+    phy2log, log2phy, logcnt = eplb.rebalance_experts(weight, num_replicas=288, num_groups=8,
+                                                      num_nodes=4, num_gpus=32)
+
+- rebalance_experts: DeepSeek's signature and result; policies deepseek (exact), relabel,
+  incremental, balanced (eplb.policies()); windows through estimators; the GIL is released.
+- compute_logical_maps: vLLM's semantics. balancedness, rank_loads: balance metrics.
+- plan_migration: what a change of placement moves (bytes kept / local / intra / inter node).
+- read_load, read_load_trace, read_placement: eplb's files.
+- eplb.vllm: vLLM's EplbPolicy contract and registry; eplb.sglang: SGLang's algorithm entry and
+  recorder dumps; eplb.plot: pictures (python3 -m eplb.plot).
+- eplb.Error (a ValueError) for every bad input, with the library's message.
+
+numpy is required; torch is optional (torch in, torch out; numpy or lists in, numpy out).
+"""
+from eplb._eplb import __version__
+from eplb.balance import Balancedness, balancedness, rank_loads
+from eplb.errors import Error
+from eplb.files import read_load, read_load_trace, read_placement
+from eplb.maps import compute_logical_maps
+from eplb.plan import plan_migration
+from eplb.policy import policies, rebalance_experts
+from eplb import plot, sglang, vllm  # noqa: E402  (adapters; heavy imports stay lazy inside them)
+
+__all__ = [
+    "__version__", "Error", "rebalance_experts", "policies", "compute_logical_maps", "balancedness",
+    "Balancedness", "rank_loads", "plan_migration", "read_load", "read_load_trace", "read_placement",
+    "plot", "sglang", "vllm",
+]

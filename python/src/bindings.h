@@ -1,0 +1,14 @@
+// python/src/bindings.h - one bind_* function per area of eplb._eplb.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace eplb::python {
+
+void bind_policy(pybind11::module_& module);     // policy.cpp: place, policy_names
+void bind_maps(pybind11::module_& module);       // maps.cpp: logical maps, slot preservation
+void bind_metrics(pybind11::module_& module);    // metrics.cpp: rank loads, balancedness
+void bind_plan(pybind11::module_& module);       // plan.cpp: migration plan statistics
+void bind_files(pybind11::module_& module);      // files.cpp: load files, placement JSON
+
+}  // namespace eplb::python

@@ -1,0 +1,81 @@
+// python/src/convert.h - conversions between numpy arrays and the library's
+// types, and failed Status values turned into Python exceptions.
+//
+// Contract: every array coming from Python is untrusted. The helpers check
+// its rank, its shape against the topology and every index against its
+// range before any library call, and throw StatusError (translated to
+// eplb.errors.Error with the Status code and message) when something is off.
+// The Python layer (eplb/_arrays.py) has already turned torch tensors, lists
+// and every dtype into C-contiguous float64 or int64 numpy arrays.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "eplb/placement.h"
+#include "eplb/placement_io.h"
+#include "eplb/status.h"
+
+namespace eplb::python {
+
+namespace py = pybind11;
+
+using DoubleArray = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using IndexArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+// A failed Status on its way to Python (see register_status_translator).
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(const Status& status) : std::runtime_error(status.message()), code_(status.code()) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
+void throw_if_error(const Status& status);
+template <typename T>
+T value_or_throw(Result<T> result) {
+  if (!result.is_ok()) throw StatusError(result.status());
+  return std::move(result).value();
+}
+[[noreturn]] void throw_invalid(const std::string& message);
+
+// Maps StatusError to eplb.errors.Error (through eplb.errors._from_status).
+void register_status_translator();
+
+// A [L][E] load (2-D) or a [W][L][E] window (3-D) as a trace; every value
+// finite and >= 0 (the message names the first bad entry).
+LoadTrace trace_from_array(const DoubleArray& array, const char* name);
+// A [L][E] load; a [W][L][E] window is summed over W.
+LoadMatrix load_from_array(const DoubleArray& array, const char* name);
+
+// A 2-D [L][R] index array, every entry in [low, high), narrowed to int32.
+std::vector<int32_t> indices_from_array(const IndexArray& array, const char* name, int64_t low, int64_t high);
+// Rows and columns of a 2-D array (after indices_from_array checked it is 2-D).
+int rows_of(const py::array& array);
+int columns_of(const py::array& array);
+
+// A Placement from a [L][R] phy2log over E experts (every expert needs a replica).
+Placement placement_from_array(const IndexArray& phy2log, int num_experts, const char* name);
+
+// A new float64 numpy array of the given shape holding `values`.
+py::array_t<double> float64_array(std::span<const double> values, const std::vector<py::ssize_t>& shape);
+
+// int64 copies of int32 results (output.cpp): one new numpy array per part,
+// all in one block of memory that lives while any of them does. A block of
+// 1 MiB or more is 2 MiB-aligned and advised as a transparent huge page.
+struct Int64Part {
+  std::span<const int32_t> values;
+  std::vector<py::ssize_t> shape;
+};
+std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& parts);
+py::array_t<int64_t> int64_array(std::span<const int32_t> values, const std::vector<py::ssize_t>& shape);
+
+}  // namespace eplb::python

@@ -1,0 +1,108 @@
+// Policies: place() runs one policy by name, with the GIL released while the
+// estimator and the policy run (other Python threads keep going).
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+
+#include "bindings.h"
+#include "convert.h"
+#include "eplb/common.h"
+#include "eplb/estimator.h"
+#include "eplb/policy.h"
+
+namespace eplb::python {
+namespace {
+
+struct PlaceArguments {
+  int num_slots = 0, num_groups = 1, num_nodes = 1, num_ranks = 1;
+  std::string policy;
+  std::string estimator;
+  PolicyOptions options;
+};
+
+// The load the policy plans for: the window through the estimator (a single
+// [L][E] step summed is itself, so it is moved, not recomputed).
+Result<LoadMatrix> planning_load(LoadTrace&& trace, const Estimator& estimator) {
+  if (trace.num_steps == 1 && estimator.kind == EstimatorKind::Sum) {
+    LoadMatrix load;
+    load.num_layers = trace.num_layers;
+    load.num_experts = trace.num_experts;
+    load.values = std::move(trace.values);
+    return load;
+  }
+  return estimate_load(trace, 0, trace.num_steps, estimator);
+}
+
+// The placement in force: `current`, else the default placement. `deepseek`
+// ignores it unless min_gain or anti_affinity asks (policy.h), so it is not
+// built for nothing there: an empty Placement stands in.
+Placement placement_in_force(const std::optional<IndexArray>& current, const Topology& topology,
+                             const PlaceArguments& arguments) {
+  if (!current) {
+    const PolicyOptions& options = arguments.options;
+    if (arguments.policy == "deepseek" && options.min_gain <= 0 && !options.anti_affinity) return Placement();
+    return default_placement(topology);
+  }
+  if (current->ndim() != 2 || current->shape(0) != topology.num_layers || current->shape(1) != topology.num_slots)
+    throw StatusError(Status(Code::Mismatch, "current must be [layers][num_replicas] = [" +
+                                                 std::to_string(topology.num_layers) + "][" +
+                                                 std::to_string(topology.num_slots) + "] like the result"));
+  return placement_from_array(*current, topology.num_experts, "current");
+}
+
+// Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
+py::tuple place(const DoubleArray& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
+  LoadTrace trace = trace_from_array(weight, "weight");
+  Topology topology{trace.num_layers, trace.num_experts, arguments.num_slots, arguments.num_groups,
+                    arguments.num_nodes, arguments.num_ranks};
+  throw_if_error(topology.validate());
+  Estimator estimator = value_or_throw(parse_estimator(arguments.estimator));
+  std::unique_ptr<Policy> policy = value_or_throw(make_policy(arguments.policy));
+  Placement in_force = placement_in_force(current, topology, arguments);
+
+  Result<Placement> placed = Status(Code::Internal, "the policy did not run");
+  double seconds = 0;
+  {
+    py::gil_scoped_release release;
+    Result<LoadMatrix> load = planning_load(std::move(trace), estimator);
+    if (load.is_ok()) {
+      Stopwatch watch;
+      placed = policy->place(*load, topology, in_force, arguments.options);
+      seconds = watch.seconds();
+    } else {
+      placed = load.status();
+    }
+  }
+  const Placement& placement = value_or_throw(std::move(placed));
+  auto arrays = int64_arrays(
+      {{placement.phy2log_data(), {topology.num_layers, topology.num_slots}},
+       {placement.log2phy_data(), {topology.num_layers, topology.num_experts, placement.max_replicas()}},
+       {placement.logcnt_data(), {topology.num_layers, topology.num_experts}}});
+  return py::make_tuple(arrays[0], arrays[1], arrays[2], seconds);
+}
+
+}  // namespace
+
+void bind_policy(py::module_& module) {
+  module.def("policy_names", &policy_names, "Names of the placement policies.");
+  module.def(
+      "place",
+      [](const DoubleArray& weight, int num_slots, int num_groups, int num_nodes, int num_ranks,
+         const std::string& policy, const std::optional<IndexArray>& current, int threads, double budget,
+         bool anti_affinity, double min_gain, double move_threshold, const std::string& estimator) {
+        PlaceArguments arguments{num_slots, num_groups, num_nodes, num_ranks, policy, estimator, {}};
+        arguments.options.threads = threads;
+        arguments.options.budget = budget;
+        arguments.options.anti_affinity = anti_affinity;
+        arguments.options.min_gain = min_gain;
+        arguments.options.move_threshold = move_threshold;
+        return place(weight, arguments, current);
+      },
+      py::arg("weight"), py::arg("num_slots"), py::arg("num_groups"), py::arg("num_nodes"), py::arg("num_ranks"),
+      py::arg("policy"), py::arg("current"), py::arg("threads"), py::arg("budget"), py::arg("anti_affinity"),
+      py::arg("min_gain"), py::arg("move_threshold"), py::arg("estimator"),
+      "One policy call: (phy2log, log2phy, logcnt, policy seconds). Releases the GIL while the policy runs.");
+}
+
+}  // namespace eplb::python

@@ -1,0 +1,1 @@
+"""Test stub of vLLM (see ../README.md): not vLLM."""

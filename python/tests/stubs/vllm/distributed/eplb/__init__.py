@@ -1,0 +1,1 @@
+"""Test stub of vllm.distributed.eplb (see ../../../README.md)."""

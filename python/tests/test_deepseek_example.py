@@ -1,0 +1,55 @@
+"""DeepSeek's published worked example, exactly, through every input kind."""
+import numpy as np
+import pytest
+import torch
+
+import eplb
+
+
+def example_counts(example):
+    return example["num_replicas"], example["num_groups"], example["num_nodes"], example["num_ranks"]
+
+
+@pytest.mark.parametrize("kind", ["list", "numpy", "torch"])
+def test_published_example_exactly(deepseek_example, kind):
+    load = deepseek_example["load"]
+    weight = {"list": load, "numpy": np.array(load), "torch": torch.tensor(load)}[kind]
+    phy2log, log2phy, logcnt = eplb.rebalance_experts(weight, *example_counts(deepseek_example))
+    for name, got in (("phy2log", phy2log), ("log2phy", log2phy), ("logcnt", logcnt)):
+        expected = np.array(deepseek_example[name])
+        assert tuple(got.shape) == expected.shape, name
+        assert (np.asarray(got) == expected).all(), name
+        if kind == "torch":
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.int64 and got.device.type == "cpu"
+        else:
+            assert isinstance(got, np.ndarray) and got.dtype == np.int64
+
+
+def test_published_example_as_a_one_step_window(deepseek_example):
+    window = np.array(deepseek_example["load"])[np.newaxis]
+    phy2log, _, _ = eplb.rebalance_experts(window, *example_counts(deepseek_example))
+    assert (phy2log == np.array(deepseek_example["phy2log"])).all()
+
+
+def test_window_is_summed_by_default(deepseek_example):
+    load = np.array(deepseek_example["load"], dtype=np.float64)
+    window = np.stack([load * 0.25, load * 0.75])
+    assert (eplb.rebalance_experts(window, *example_counts(deepseek_example))[0]
+            == np.array(deepseek_example["phy2log"])).all()
+
+
+def test_estimators_change_what_is_planned_for():
+    rng = np.random.default_rng(3)
+    window = rng.integers(0, 100, size=(12, 2, 16)).astype(np.float64)
+    window[:3, :, 0] += 5000   # expert 0 was hot long ago,
+    window[-3:, :, 8] += 5000  # expert 8 is hot now: the same sum, but ema weighs it more
+    counts = (24, 1, 1, 8)
+    by_sum = eplb.rebalance_experts(window, *counts, estimator="sum")[2]
+    by_ema = eplb.rebalance_experts(window, *counts, estimator="ema:1")[2]
+    assert abs(int(by_sum[0, 0]) - int(by_sum[0, 8])) <= 1
+    assert by_ema[0, 8] > by_ema[0, 0] + 1
+    summed = eplb.rebalance_experts(window.sum(axis=0), *counts)
+    for got, expected in zip(eplb.rebalance_experts(window, *counts), summed):
+        assert (got == expected).all()
+    robust = eplb.rebalance_experts(window, *counts, estimator="robust:1.5")[0]
+    assert robust.shape == (2, 24)

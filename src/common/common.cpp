@@ -1,10 +1,6 @@
 #include "eplb/common.h"
 
-#include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <thread>
-#include <vector>
 
 namespace eplb {
 
@@ -39,24 +35,6 @@ std::string format_seconds(double seconds) {
   else
     std::snprintf(text, sizeof text, "%.0f us", seconds * 1e6);
   return text;
-}
-
-void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) {
-  size_t workers = static_cast<size_t>(std::max(1, threads));
-  workers = std::min(workers, n);
-  if (workers <= 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  auto drain = [&] {
-    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(workers - 1);
-  for (size_t t = 0; t + 1 < workers; ++t) pool.emplace_back(drain);
-  drain();
-  for (auto& thread : pool) thread.join();
 }
 
 }  // namespace eplb

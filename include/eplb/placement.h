@@ -86,6 +86,12 @@ class Placement {
   static Result<Placement> from_arrays(int num_layers, int num_experts, int num_slots, int max_replicas,
                                        std::vector<int32_t> phy2log, std::vector<int32_t> log2phy,
                                        std::vector<int32_t> logcnt);
+  // The same without the O(L * E * max_replicas) validation, for a producer
+  // that guarantees the invariants and whose tests check them (the deepseek
+  // policy); debug builds (no NDEBUG) still validate and abort on a violation.
+  static Placement from_arrays_unchecked(int num_layers, int num_experts, int num_slots, int max_replicas,
+                                         std::vector<int32_t> phy2log, std::vector<int32_t> log2phy,
+                                         std::vector<int32_t> logcnt);
 
   int num_layers() const { return num_layers_; }
   int num_experts() const { return num_experts_; }

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "eplb/placement.h"
@@ -74,6 +76,27 @@ Result<Placement> Placement::from_arrays(int num_layers, int num_experts, int nu
   placement.log2phy_ = std::move(log2phy);
   placement.logcnt_ = std::move(logcnt);
   EPLB_TRY(placement.validate());
+  return placement;
+}
+
+Placement Placement::from_arrays_unchecked(int num_layers, int num_experts, int num_slots, int max_replicas,
+                                           std::vector<int32_t> phy2log, std::vector<int32_t> log2phy,
+                                           std::vector<int32_t> logcnt) {
+  Placement placement;
+  placement.num_layers_ = num_layers;
+  placement.num_experts_ = num_experts;
+  placement.num_slots_ = num_slots;
+  placement.max_replicas_ = max_replicas;
+  placement.phy2log_ = std::move(phy2log);
+  placement.log2phy_ = std::move(log2phy);
+  placement.logcnt_ = std::move(logcnt);
+#ifndef NDEBUG
+  if (Status status = placement.validate(); !status.is_ok()) {
+    std::fprintf(stderr, "eplb: Placement::from_arrays_unchecked got an invalid placement: %s\n",
+                 status.to_string().c_str());
+    std::abort();
+  }
+#endif
   return placement;
 }
 

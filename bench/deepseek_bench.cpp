@@ -143,6 +143,7 @@ int profile(int which, int calls) {
 
 int main(int argc, char** argv) {
   using namespace eplb::bench;
+  keep_freed_memory();
   if (argc == 3 && std::strcmp(argv[1], "--dump") == 0) return dump(argv[2]);
   if (argc == 4 && std::strcmp(argv[1], "--profile") == 0) return profile(std::atoi(argv[2]), std::atoi(argv[3]));
   if (argc >= 2 && std::strcmp(argv[1], "--scale") == 0) return scale_table(argc > 2 ? std::atoi(argv[2]) : 5);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "eplb/common.h"
+#include "keep_freed_memory.h"
 #include "eplb/policy.h"
 
 namespace eplb::bench {

@@ -91,21 +91,22 @@ Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& top
   std::vector<int32_t> phyrank(phy2log.size());
   std::vector<int32_t> logcnt(size_t(layers) * size_t(shape.experts));
 
-  // Blocks of layers handed to whichever worker is free, one scratch per
-  // worker: the result does not depend on the split, only the speed does.
+  // Blocks of layers handed to whichever worker is free, each worker with
+  // its thread's scratch: the result does not depend on the split, only the
+  // speed does.
   const int blocks = (layers + shape.block_layers - 1) / shape.block_layers;
   const int workers = std::clamp(threads, 1, blocks);
-  std::vector<std::unique_ptr<LayerBlock>> scratch(static_cast<size_t>(workers));
+  std::vector<LayerBlock*> scratch(static_cast<size_t>(workers), nullptr);
   const LayerOutput out{phy2log.data(), phyrank.data(), logcnt.data()};
   parallel_for(size_t(blocks), workers, [&](size_t block, int worker) {
-    auto& mine = scratch[size_t(worker)];
-    if (!mine) mine = std::make_unique<LayerBlock>(shape);
+    LayerBlock*& mine = scratch[size_t(worker)];
+    if (mine == nullptr) mine = &LayerBlock::for_this_thread(shape);
     const int first = int(block) * shape.block_layers;
     mine->run(load.values.data(), first, std::min(shape.block_layers, layers - first), out);
   });
 
-  for (const auto& worker : scratch)
-    if (worker && worker->saw_invalid_load()) return invalid_load(load);
+  for (const LayerBlock* worker : scratch)
+    if (worker != nullptr && worker->saw_invalid_load()) return invalid_load(load);
   const int width = *std::max_element(logcnt.begin(), logcnt.end());
   auto log2phy = build_log2phy(phy2log, phyrank, layers, shape.experts, shape.slots, width, workers);
   // Valid by construction; tests/policy checks every invariant on every shape they run.

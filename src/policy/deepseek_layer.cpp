@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "bucket_pass.h"
@@ -12,7 +13,7 @@ namespace eplb::deepseek_detail {
 namespace {
 // (layer, node) packing problems interleaved per block: enough independent
 // dependency chains to keep the core busy (measured: bench/deepseek.sh).
-constexpr int kInterleavedProblems = 4;
+constexpr int kInterleavedProblems = 8;
 }  // namespace
 
 DeepSeekShape::DeepSeekShape(const Topology& topology) {
@@ -37,7 +38,7 @@ LayerBlock::LayerBlock(const DeepSeekShape& shape)
       weight_(size_t(shape.block_layers) * size_t(shape.experts)),
       node_weight_(weight_.size()),
       mlog2log_(weight_.size()),
-      node_sorted_(weight_.size()),
+      node_sorted_(weight_.size() + 1),  // + 1: BatchReplicator reads one key past a node's
       order_(size_t(shape.block_layers) * size_t(shape.slots)),
       phy2mlog_(order_.size()),
       replica_rank_(order_.size()),
@@ -51,9 +52,20 @@ LayerBlock::LayerBlock(const DeepSeekShape& shape)
   for (int m = 0; m < shape.experts; ++m) node_of_mlog_[size_t(m)] = m / shape.experts_per_node;
   for (int b = 0; b < shape.block_layers; ++b)
     for (int node = 0; node < shape.nodes; ++node) {
-      const size_t at = node_offset(b, node, shape.slots_per_node);
-      jobs_.push_back({order_.data() + at, position_.data() + at});
+      const size_t experts_at = node_offset(b, node, shape.experts_per_node);
+      const size_t replicas_at = node_offset(b, node, shape.slots_per_node);
+      replica_jobs_.push_back({node_sorted_.data() + experts_at, node_weight_.data() + experts_at,
+                               phy2mlog_.data() + replicas_at, replica_rank_.data() + replicas_at,
+                               count_.data() + experts_at, order_.data() + replicas_at});
+      pack_jobs_.push_back({order_.data() + replicas_at, position_.data() + replicas_at});
     }
+}
+
+LayerBlock& LayerBlock::for_this_thread(const DeepSeekShape& shape) {
+  thread_local std::unique_ptr<LayerBlock> kept;
+  if (!kept || !(kept->shape() == shape)) kept = std::make_unique<LayerBlock>(shape);
+  kept->saw_invalid_load_ = false;
+  return *kept;
 }
 
 void LayerBlock::run(const double* load, int first, int count, const LayerOutput& out) {
@@ -69,9 +81,10 @@ void LayerBlock::run(const double* load, int first, int count, const LayerOutput
     saw_invalid_load_ |= !valid;
     group_layer(b);
     sort_experts(b);
-    replicate_layer(b);
   }
-  packer_.run(jobs_.data(), count * shape_.nodes, shape_.slots_per_node, shape_.ranks_per_node);
+  const int problems = count * shape_.nodes;
+  replicator_.run(replica_jobs_.data(), problems, shape_.experts_per_node, shape_.slots_per_node);
+  packer_.run(pack_jobs_.data(), problems, shape_.slots_per_node, shape_.ranks_per_node);
   for (int b = 0; b < count; ++b) {
     const size_t layer = size_t(first + b);
     write_layer(b, out.phy2log + layer * slots, out.phyrank + layer * slots, out.logcnt + layer * experts);
@@ -101,7 +114,8 @@ void LayerBlock::group_layer(int b) {
 }
 
 // Sorts the layer's experts by (weight desc, mlog asc) once, then splits the
-// order by node (stable), turning mlog into the node-local index.
+// order by node (stable), turning mlog into the node-local index; integer
+// loads take a shorter way to the same result.
 void LayerBlock::sort_experts(int b) {
   const DeepSeekShape& s = shape_;
   const size_t first = size_t(b) * size_t(s.experts);
@@ -109,11 +123,10 @@ void LayerBlock::sort_experts(int b) {
   const float* weight = weight_.data() + first;
   float* node_weight = node_weight_.data() + first;
   uint64_t* sorted = node_sorted_.data() + first;
+  for (int m = 0; m < s.experts; ++m) node_weight[m] = weight[mlog2log[m]];
+  if (sort_integer_weights(node_weight, node_of_mlog_.data(), s.experts, s.nodes, sorted, keys_, spare_)) return;
   uint64_t* keys = s.nodes == 1 ? sorted : keys_.data();
-  for (int m = 0; m < s.experts; ++m) {
-    node_weight[m] = weight[mlog2log[m]];
-    keys[m] = descending_key(node_weight[m], m);
-  }
+  for (int m = 0; m < s.experts; ++m) keys[m] = descending_key(node_weight[m], m);
   sort_keys(keys, s.experts, spare_);
   if (s.nodes == 1) return;
   split_by_node(keys, sorted);
@@ -137,18 +150,6 @@ void LayerBlock::split_by_node(const uint64_t* keys, uint64_t* sorted) const {
   for (int node = 1; node < s.nodes; ++node) {
     const int base = node * s.experts_per_node;
     for (int j = 0; j < s.experts_per_node; ++j) sorted[base + j] -= uint64_t(base);
-  }
-}
-
-// Step 2 for every node of layer slot b, and each node's packing order.
-void LayerBlock::replicate_layer(int b) {
-  const DeepSeekShape& s = shape_;
-  for (int node = 0; node < s.nodes; ++node) {
-    const size_t experts_at = node_offset(b, node, s.experts_per_node);
-    const size_t replicas_at = node_offset(b, node, s.slots_per_node);
-    replicator_.run(node_sorted_.data() + experts_at, node_weight_.data() + experts_at, s.experts_per_node,
-                    s.slots_per_node, phy2mlog_.data() + replicas_at, replica_rank_.data() + replicas_at,
-                    count_.data() + experts_at, order_.data() + replicas_at);
   }
 }
 

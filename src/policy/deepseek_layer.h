@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "deepseek_packing.h"
+#include "deepseek_replicate.h"
 #include "eplb/placement.h"
 
 namespace eplb::deepseek_detail {
@@ -31,6 +32,7 @@ struct DeepSeekShape {
   int block_layers = 1;  // layers whose packings run interleaved
 
   explicit DeepSeekShape(const Topology& topology);
+  bool operator==(const DeepSeekShape&) const = default;
 };
 
 // Where block_layers layers' results go: rows of [L][R] and [L][E] arrays.
@@ -49,12 +51,17 @@ class LayerBlock {
   // infinite or NaN is noted (saw_invalid_load) and its output is garbage.
   void run(const double* load, int first, int count, const LayerOutput& out);
   bool saw_invalid_load() const { return saw_invalid_load_; }
+  const DeepSeekShape& shape() const { return shape_; }
+
+  // The calling thread's block for `shape`, kept from one call to the next
+  // (its buffers are up to a few hundred KiB for serving shapes; allocated
+  // per call they cost page faults). Clears saw_invalid_load.
+  static LayerBlock& for_this_thread(const DeepSeekShape& shape);
 
  private:
   void group_layer(int b);    // step 1: mlog2log of layer slot b
   void sort_experts(int b);   // one sort, split by node
   void split_by_node(const uint64_t* keys, uint64_t* sorted) const;
-  void replicate_layer(int b);  // step 2, and each node's packing order
   void write_layer(int b, int32_t* phy2log, int32_t* phyrank, int32_t* logcnt) const;
   size_t node_offset(int b, int node, int per_node) const {
     return (size_t(b) * size_t(shape_.nodes) + size_t(node)) * size_t(per_node);
@@ -72,12 +79,13 @@ class LayerBlock {
   std::vector<uint64_t> order_;        // [b][N][R / N] the replicas' packing order
   std::vector<int32_t> phy2mlog_, replica_rank_, position_;  // [b][N][R / N]; position: rank * R / P + place
   std::vector<int32_t> count_;                                           // [b][N][E / N]
-  std::vector<BatchPacker::Job> jobs_;
+  std::vector<BatchReplicator::Job> replica_jobs_;  // [b][N]
+  std::vector<BatchPacker::Job> pack_jobs_;         // [b][N]
   // Per layer, reused:
   std::vector<float> group_load_;
   std::vector<int32_t> group_position_;  // group_position: node * G / N + place
   std::vector<uint64_t> group_keys_, keys_, spare_;
-  Replicator replicator_;
+  BatchReplicator replicator_;
   BatchPacker packer_;
 };
 

@@ -8,9 +8,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "eplb/policy.h"
 #include "eplb/sim.h"
+#include "keep_freed_memory.h"
 
 namespace {
 
@@ -71,6 +73,30 @@ EPLB_POLICY_BENCH(relabel);
 EPLB_POLICY_BENCH(incremental);
 EPLB_POLICY_BENCH(balanced);
 
+// N calls of one policy on the 4-node fixture, one thread (callgrind / perf).
+int profile(const char* name, int calls) {
+  const Fixture& f = fixture(4);
+  auto policy = eplb::make_policy(name);
+  if (!policy) {
+    std::fprintf(stderr, "policies_bench: %s\n", policy.status().to_string().c_str());
+    return 2;
+  }
+  eplb::PolicyOptions options;
+  size_t checksum = 0;
+  for (int i = 0; i < calls; ++i)
+    checksum += size_t((*policy)->place(f.load, f.topology, f.current, options).value().max_replicas());
+  std::printf("%d calls of %s (checksum %zu)\n", calls, name, checksum);
+  return 0;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  eplb::bench::keep_freed_memory();
+  if (argc == 4 && std::strcmp(argv[1], "--profile") == 0) return profile(argv[2], std::atoi(argv[3]));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

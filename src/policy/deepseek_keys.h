@@ -95,7 +95,4 @@ void sort_keys(uint64_t* keys, int count, std::vector<uint64_t>& spare);
 bool sort_integer_weights(const float* weight, const int32_t* node_of, int experts, int nodes, uint64_t* sorted,
                           std::vector<uint64_t>& keys, std::vector<uint64_t>& spare);
 
-// Sorts keys in any order (insertion sort for a few, else std::sort).
-void sort_any_keys(uint64_t* keys, int count);
-
 }  // namespace eplb::deepseek_detail

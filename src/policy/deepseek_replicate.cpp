@@ -69,16 +69,17 @@ void BatchReplicator::run(const Job* jobs, int num_jobs, int num_experts, int nu
 void BatchReplicator::collect_replicated(State& state, int b, int num_experts, int num_physical) {
   const Job& job = state.job;
   uint64_t* out = replicated_.data() + size_t(num_physical + 1) * size_t(b);
+  // In ascending replica index (first copies, then the extras), which
+  // sort_keys needs to break ties by index.
   int n = 0;
-  for (int k = 0; k < state.prefix; ++k) {
-    const int32_t expert = index_of(job.sorted[k]);
-    out[n++] = descending_key(job.weight[expert] / float(job.count[expert]), expert);
-  }
+  if (state.prefix > 0)
+    for (int expert = 0; expert < num_experts; ++expert)
+      if (job.count[expert] > 1) out[n++] = descending_key(job.weight[expert] / float(job.count[expert]), expert);
   for (int p = num_experts; p < num_physical; ++p) {
     const int32_t expert = job.phy2expert[p];
     out[n++] = descending_key(job.weight[expert] / float(job.count[expert]), p);
   }
-  sort_any_keys(out, n);
+  sort_keys(out, n, spare_);
   out[n] = kNever;
 }
 

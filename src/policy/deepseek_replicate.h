@@ -48,7 +48,7 @@ class BatchReplicator {
   std::vector<uint64_t> tree_;
   std::vector<int32_t> leaf_of_;
   std::vector<State> states_;
-  std::vector<uint64_t> replicated_;
+  std::vector<uint64_t> replicated_, spare_;
 };
 
 }  // namespace eplb::deepseek_detail

@@ -53,14 +53,6 @@ void sort_keys(uint64_t* keys, int count, std::vector<uint64_t>& spare) {
   if (from != keys) std::memcpy(keys, from, sizeof(uint64_t) * size_t(count));
 }
 
-void sort_any_keys(uint64_t* keys, int count) {
-  if (count <= 32) {
-    insertion_sort(keys, count);
-  } else {
-    std::sort(keys, keys + count);
-  }
-}
-
 namespace {
 
 // True when every weight is an integer in [0, 2^24] (exact in float32, so

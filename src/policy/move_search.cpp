@@ -27,6 +27,7 @@ LayerSearch::LayerSearch(std::span<const double> load, const Topology& topology,
       rank_of_(size_t(slots_)),
       rank_stamp_(size_t(ranks_), 0),
       donor_score_(size_t(slots_)),
+
       expert_dirty_(size_t(experts_), 1),
       affected_rank_(size_t(slots_) + 1),
       affected_load_(size_t(slots_) + 1),
@@ -149,6 +150,9 @@ void LayerSearch::scan_swaps(Candidate& best, int partners, int budget_left, con
         const int b = light * per_rank_ + j;
         const double wb = slot_weight_[size_t(b)];
         if (wa <= wb) continue;  // must lighten the heavy rank (also skips equal experts)
+        const int ea = slot_expert_[size_t(a)], eb = slot_expert_[size_t(b)];
+        const int cost = cost_of(a, eb) + cost_of(b, ea);
+        if (cost > budget_left) continue;  // consider() would refuse it: checked first, it is cheap
         const double delta = wa - wb, delta_square = wa * wa - wb * wb;
         const double sa = score(heavy_load - delta, heavy_square - delta_square);
         if (limits.accept_plateau ? sa > current_max_ : current_max_ - sa <= gain_floor) continue;
@@ -156,10 +160,9 @@ void LayerSearch::scan_swaps(Candidate& best, int partners, int budget_left, con
         const double gain = current_max_ - std::max(std::max(sa, sb), rest);
         const double square_gain = heavy_score * heavy_score + light_score * light_score - sa * sa - sb * sb;
         if (!acceptable(gain, square_gain, limits)) continue;
-        const int ea = slot_expert_[size_t(a)], eb = slot_expert_[size_t(b)];
         if (ea == eb) continue;
         if (limits.anti_affinity && (rank_holds(heavy, eb) || rank_holds(light, ea))) continue;
-        consider(best, Candidate{1, a, b, 0, 0, cost_of(a, eb) + cost_of(b, ea)}, gain, square_gain, budget_left);
+        consider(best, Candidate{1, a, b, 0, 0, cost}, gain, square_gain, budget_left);
       }
     }
   }
@@ -417,13 +420,12 @@ void LayerSearch::update_donor_scores() {
   }
 }
 
-// The best donor slots: lowest donor score, then lowest slot (a total order,
-// so the scan order of the slots does not matter).
+// The best donor slots: lowest donor score, then lowest slot.
 void LayerSearch::rank_donors(const SearchLimits& limits) {
   update_donor_scores();
   donors_.clear();
-  for (int s = 0; s < slots_; ++s)
-    if (count_[size_t(slot_expert_[size_t(s)])] >= 2) donors_.push_back(s);
+  for (int c : redundant_)
+    for (int t = head_[size_t(c)]; t >= 0; t = next_replica_[size_t(t)]) donors_.push_back(t);
   const size_t keep = std::min<size_t>(size_t(std::max(limits.donor_candidates, 0)), donors_.size());
   std::partial_sort(donors_.begin(), donors_.begin() + ptrdiff_t(keep), donors_.end(), [&](int a, int b) {
     return donor_score_[size_t(a)] != donor_score_[size_t(b)] ? donor_score_[size_t(a)] < donor_score_[size_t(b)]

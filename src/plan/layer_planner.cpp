@@ -185,15 +185,17 @@ void LayerPlanner::choose_sources(LayerPlan& plan) {
     const int32_t* reads = node_local ? local_reads_.data() : remote_reads_.data();
     const int32_t count = node_local ? num_local_reads_ : num_remote_reads_;
     for (int32_t k = 0; k < count; ++k) {
-      const PendingRead& read = pending_[size_t(reads[k])];
+      PendingRead& read = pending_[size_t(reads[k])];
       const int32_t first = replica_begin_[size_t(read.expert)], end = replica_begin_[size_t(read.expert) + 1];
       // One replica (the common case) is the only candidate; check_new promised one.
       const int32_t source = end - first == 1 ? replica_slots_[size_t(first)]
                                               : least_served(first, end, node_local ? node_of_rank_[size_t(read.rank)] : -1);
       ++reads_served_[size_t(source)];
+      read.source_slot = source;
+      read.source_rank = rank_of_slot_[size_t(source)];
       SlotOp& op = plan.slot_storage[size_t(read.rank * slots_per_rank_ + read.index)];
       op.source_slot = source;
-      op.source_rank = rank_of_slot_[size_t(source)];
+      op.source_rank = read.source_rank;
     }
   }
   plan.stats.slots_read_intra_node = int64_t(num_local_reads_);
@@ -204,10 +206,10 @@ void LayerPlanner::choose_sources(LayerPlan& plan) {
 // in ascending source rank, appended to plan.read_storage; rows stay in
 // ascending dest_slot order inside a request.
 void LayerPlanner::batch_reads(int rank, size_t begin, size_t end, LayerPlan& plan) {
-  const SlotOp* rank_ops = plan.slot_storage.data() + size_t(rank) * size_t(slots_per_rank_);
-  for (size_t i = begin; i < end; ++i) {  // bucket the rows by source rank
-    const int32_t row = int32_t(i - begin);
-    const int32_t source = rank_ops[pending_[i].index].source_rank;
+  const PendingRead* reads = pending_.data() + begin;
+  const int32_t first_slot = rank * slots_per_rank_;
+  for (int32_t row = 0; row < int32_t(end - begin); ++row) {  // bucket the rows by source rank
+    const int32_t source = reads[row].source_rank;
     uint64_t& word = source_bits_[size_t(source) / 64];
     const uint64_t bit = uint64_t(1) << (source % 64);
     if (word & bit)
@@ -225,19 +227,19 @@ void LayerPlanner::batch_reads(int rank, size_t begin, size_t end, LayerPlan& pl
       ReadRequest& request = plan.read_storage.emplace_back();
       request.source_rank = source;
       int32_t row = bucket_head_[size_t(source)];
-      const SlotOp* op = &rank_ops[pending_[begin + size_t(row)].index];
-      ReadRun run{op->source_slot, op->slot, 1};
+      ReadRun run{reads[row].source_slot, first_slot + reads[row].index, 1};
       for (row = next_row_[size_t(row)]; row >= 0; row = next_row_[size_t(row)]) {
-        op = &rank_ops[pending_[begin + size_t(row)].index];
-        if (run.source_slot + run.count == op->source_slot && run.dest_slot + run.count == op->slot) {
+        const int32_t source_slot = reads[row].source_slot, dest_slot = first_slot + reads[row].index;
+        if (run.source_slot + run.count == source_slot && run.dest_slot + run.count == dest_slot) {
           ++run.count;
         } else {
           request.runs.push_back(run);
-          run = {op->source_slot, op->slot, 1};
+          ++descriptors;
+          run = {source_slot, dest_slot, 1};
         }
       }
       request.runs.push_back(run);
-      descriptors += int64_t(request.runs.size());
+      ++descriptors;
     }
   plan.stats.descriptors += descriptors;
 }
@@ -261,11 +263,16 @@ void LayerPlanner::batch_all_reads(LayerPlan& plan) {
 // contiguous).
 void LayerPlanner::list_read_from(LayerPlan& plan) {
   const int num_slots = topology_.num_slots;
-  plan.read_from_storage.reserve(size_t(num_pending_));
-  for (int s = 0; s < num_slots; ++s)
-    if (reads_served_[size_t(s)] > 0) plan.read_from_storage.push_back(s);
-  const int* first = plan.read_from_storage.data();
-  const int* end = first + plan.read_from_storage.size();
+  std::vector<int>& served = plan.read_from_storage;
+  served.resize(size_t(num_slots));
+  size_t count = 0;
+  for (int s = 0; s < num_slots; ++s) {  // branch-free: write every slot, keep the served ones
+    served[count] = s;
+    count += reads_served_[size_t(s)] > 0;
+  }
+  served.resize(count);
+  const int* first = served.data();
+  const int* end = first + count;
   for (int r = 0; r < topology_.num_ranks; ++r) {
     const int* next = first;
     while (next != end && *next < (r + 1) * slots_per_rank_) ++next;

@@ -28,6 +28,7 @@ class LayerPlanner {
     int32_t rank;   // receiving rank
     int32_t index;  // index of the slot within the rank (into RankLayerPlan::slots)
     int32_t expert;
+    int32_t source_rank = -1, source_slot = -1;  // chosen by choose_sources (copied into the op)
   };
 
   Status check_sizes(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log, int layer) const;

@@ -19,6 +19,7 @@ reference except on near-ties of pack loads (docs/policies.md).
 LOAD: .npy ([L][E]) or .json (an array of arrays). Run with /usr/bin/python3.
 """
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -135,12 +136,9 @@ def main():
         print(f"{statistics.median(wall):.6f} {min(wall):.6f} {max(wall):.6f}")
         return 0
     phy2log, logcnt = rebalance(weight, *shape)
-    text = json.dumps({"phy2log": phy2log.tolist(), "logcnt": logcnt.tolist()})
-    if args.out:
-        with open(args.out, "w") as handle:
-            handle.write(text)
-    else:
-        print(text)
+    placement = {"phy2log": phy2log.tolist(), "logcnt": logcnt.tolist()}
+    with open(args.out, "w") if args.out else contextlib.nullcontext(sys.stdout) as out:
+        json.dump(placement, out)
     return 0
 
 

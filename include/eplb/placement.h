@@ -125,6 +125,10 @@ class Placement {
   bool operator==(const Placement&) const = default;
 
  private:
+  // Adopts the arrays as they are (from_arrays and from_arrays_unchecked).
+  Placement(std::vector<int32_t> phy2log, std::vector<int32_t> log2phy, std::vector<int32_t> logcnt, int num_layers,
+            int num_experts, int num_slots, int max_replicas);
+
   int num_layers_ = 0;
   int num_experts_ = 0;
   int num_slots_ = 0;

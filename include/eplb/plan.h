@@ -17,7 +17,7 @@
 // of requests and one of read-from slots, views per rank into them; runs
 // live inline in their request.
 // A whole DeepSeek-V3-shaped change (58 layers, 288 slots, 32 ranks) plans
-// in well under 1 ms.
+// in about 0.3 ms (docs/plan.md).
 #pragma once
 
 #include <algorithm>

@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# Times a full `deepseek` rebalance (58 layers) for the three serving shapes
-# of issue 2 on 1 and 2 threads (Google Benchmark, median of repetitions),
-# and the PyTorch port of DeepSeek's published algorithm
-# (bench/deepseek_reference.py, median of several runs) on the same load in
-# the same run; checks that both produce exactly the same phy2log, log2phy
-# and logcnt; prints one table.
+# The `deepseek` policy against its two Python peers, measured side by side
+# in one run on the four serving shapes of issue 16 (58 layers, 256
+# experts, loads round(rand^4 * 1000) + 1):
+#   - eplb (deepseek_bench, Google Benchmark, 1 and 2 threads),
+#   - bench/deepseek_reference.py: DeepSeek's published algorithm in torch
+#     (CPU, one thread), also the exactness check (phy2log, log2phy, logcnt),
+#   - bench/deepseek_numpy.py: a numpy port in the style of vLLM's
+#     DefaultEplbPolicy.
+# Per shape, eplb then its peers run one after the other; every figure is
+# the median of its repetitions with the [min-max] range, and the ratios are
+# peer median / eplb median (1 thread) with the range
+# [peer min / eplb max - peer max / eplb min]. The last lines give the
+# weakest shape against the goals (1000x torch, 100x numpy).
 #
-# Usage: bench/deepseek.sh [BUILD_DIR]     (default: build/)
-# Env:   EPLB_BENCH_REPETITIONS (5), EPLB_PYTHON_REPEAT (5),
-#        EPLB_PYTHON (/usr/bin/python3: Debian's python3-torch and python3-numpy;
-#        without torch the Python peer is skipped with a message).
+# Usage: bench/deepseek.sh [--scale] [BUILD_DIR]     (default: build/)
+#   --scale   instead: the scale table of deepseek_bench --scale
+# Env: EPLB_BENCH_REPETITIONS (7), EPLB_PYTHON_REPEAT (5 for torch, 3x that
+#      for numpy), EPLB_PYTHON (/usr/bin/python3, with python3-torch and
+#      python3-numpy; without them the peers are skipped with a message).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+scale=0
+if [[ "${1:-}" == "--scale" ]]; then scale=1; shift; fi
 build="${1:-$root/build}"
-repetitions="${EPLB_BENCH_REPETITIONS:-5}"
+repetitions="${EPLB_BENCH_REPETITIONS:-7}"
 python_repeat="${EPLB_PYTHON_REPEAT:-5}"
 python="${EPLB_PYTHON:-/usr/bin/python3}"
-json_python="$(command -v python3 || echo "$python")"
 
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   generator=()
@@ -24,109 +33,36 @@ if [[ ! -f "$build/CMakeCache.txt" ]]; then
   cmake -S "$root" -B "$build" "${generator[@]}" >/dev/null
 fi
 cmake --build "$build" --target deepseek_bench --parallel "${EPLB_JOBS:-1}" >/dev/null
+if ((scale)); then exec "$build/bench/deepseek_bench" --scale "$repetitions"; fi
 
 work="$(mktemp -d /tmp/eplb_deepseek_bench.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
-
-"$build/bench/deepseek_bench" --benchmark_format=json --benchmark_repetitions="$repetitions" \
-  --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 >"$work/bench.json"
 "$build/bench/deepseek_bench" --dump "$work"
 
-have_torch=0
-if "$python" -c 'import torch, numpy' >/dev/null 2>&1; then
-  have_torch=1
-else
-  echo "note: Python peer skipped: $python cannot import torch and numpy" \
-       "(apt-get install python3-torch python3-numpy to measure it)" >&2
+have_peers=1
+if ! "$python" -c 'import torch, numpy' >/dev/null 2>&1; then
+  have_peers=0
+  echo "note: Python peers skipped: $python cannot import torch and numpy" \
+       "(apt-get install python3-torch python3-numpy to measure them)" >&2
 fi
 
-# case name, replicas, groups, nodes, ranks
-cases=("v3_hierarchical 288 8 4 32" "v3_one_node 288 8 1 32" "v3_36_ranks 288 8 3 36")
-: >"$work/python.txt"
+# case index, name, replicas, groups, nodes, ranks
+cases=("0 v3_4_nodes 288 8 4 32" "1 v3_1_node 288 8 1 32" "2 v3_36_ranks 288 8 3 36" "3 v3_64_ranks 320 8 8 64")
+: >"$work/peers.txt"
 for entry in "${cases[@]}"; do
-  read -r name replicas groups nodes ranks <<<"$entry"
-  if ((have_torch)); then
+  read -r index name replicas groups nodes ranks <<<"$entry"
+  "$build/bench/deepseek_bench" --benchmark_filter="BM_DeepSeek/case:$index/" --benchmark_format=json \
+    --benchmark_repetitions="$repetitions" --benchmark_report_aggregates_only=true \
+    --benchmark_min_time=0.2 >"$work/bench_$index.json"
+  if ((have_peers)); then
     shape=(--replicas "$replicas" --groups "$groups" --nodes "$nodes" --ranks "$ranks")
     "$python" "$root/bench/deepseek_reference.py" place "$work/load.json" "${shape[@]}" --out "$work/$name.py.json"
-    seconds="$("$python" "$root/bench/deepseek_reference.py" time "$work/load.json" "${shape[@]}" \
-                 --repeat "$python_repeat")"
+    torch="$("$python" "$root/bench/deepseek_reference.py" time "$work/load.json" "${shape[@]}" --repeat "$python_repeat")"
+    numpy="$("$python" "$root/bench/deepseek_numpy.py" time "$work/load.json" "${shape[@]}" \
+               --repeat $((3 * python_repeat)))"
     ties="$("$python" "$root/bench/deepseek_reference.py" ties "$work/load.json" "${shape[@]}")"
-    echo "$name $seconds $ties" >>"$work/python.txt"
-  else
-    echo "$name - - -" >>"$work/python.txt"
+    echo "$name $torch $numpy $ties" >>"$work/peers.txt"
   fi
 done
 
-"$json_python" - "$work" <<'EOF'
-import json, sys, os
-work = sys.argv[1]
-bench = json.load(open(os.path.join(work, "bench.json")))
-median = {}
-median_cpu = {}
-counters = {}
-for b in bench["benchmarks"]:
-    if b.get("aggregate_name") != "median":
-        continue
-    # name: BM_DeepSeek/case:0/threads:1/real_time_median
-    parts = dict(p.split(":") for p in b["run_name"].split("/")[1:] if ":" in p)
-    key = (int(parts["case"]), int(parts["threads"]))
-    unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
-    median[key] = b["real_time"] * unit
-    median_cpu[key] = b["cpu_time"] * unit
-    counters[key] = b
-names = ["v3_hierarchical", "v3_one_node", "v3_36_ranks"]
-shapes = ["L=58 E=256 R=288 G=8 N=4 P=32", "L=58 E=256 R=288 G=8 N=1 P=32", "L=58 E=256 R=288 G=8 N=3 P=36"]
-variants = ["hierarchical", "hierarchical, 1 node", "global (8 % 3 != 0)"]
-python, python_cpu, ties = {}, {}, {}
-for line in open(os.path.join(work, "python.txt")):
-    name, wall, cpu, rest = (line.rstrip("\n").split(" ", 3) + [""])[:4]
-    python[name] = None if wall == "-" else float(wall)
-    python_cpu[name] = None if cpu == "-" else float(cpu)
-    ties[name] = json.loads(rest) if rest.strip().startswith("{") else None
-
-def ms(seconds):
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.3f} ms" if seconds < 0.1 else f"{seconds * 1e3:.0f} ms"
-
-exact_all = True
-print(f"{'case':<16} {'shape':<30} {'variant':<21} {'eplb 1 thread':>13} {'eplb 2 threads':>14} "
-      f"{'Python ref':>10} {'ratio':>6} | {'eplb CPU':>9} {'Python CPU':>10} {'ratio':>6} {'exact':>5}")
-for i, name in enumerate(names):
-    one, two = median[(i, 1)], median[(i, 2)]
-    peer, peer_cpu = python.get(name), python_cpu.get(name)
-    exact = "-"
-    py_json = os.path.join(work, name + ".py.json")
-    if peer is not None and os.path.exists(py_json):
-        mine = json.load(open(os.path.join(work, name + ".json")))
-        theirs = json.load(open(py_json))
-        same = all(mine[k] == theirs[k] for k in ("phy2log", "log2phy", "logcnt"))
-        exact = "yes" if same else "NO"
-        exact_all &= same
-    ratio = f"{peer / one:.0f}x" if peer else "-"
-    cpu_one = median_cpu[(i, 1)]
-    cpu_ratio = f"{peer_cpu / cpu_one:.0f}x" if peer_cpu else "-"
-    print(f"{name:<16} {shapes[i]:<30} {variants[i]:<21} {ms(one):>13} {ms(two):>14} "
-          f"{ms(peer):>10} {ratio:>6} | {ms(cpu_one):>9} {ms(peer_cpu):>10} {cpu_ratio:>6} {exact:>5}")
-print()
-c = counters[(0, 1)]
-print(f"memory per call (v3_hierarchical, 1 thread): {int(c['allocs_per_call'])} allocations, "
-      f"{c['alloc_bytes_per_call'] / 1024:.0f} KiB allocated (input {c['input_bytes'] / 1024:.0f} KiB); "
-      f"peak RSS of the benchmark process {c['peak_rss_kib'] / 1024:.1f} MiB")
-for i, name in enumerate(names):
-    c = counters[(i, 1)]
-    print(f"  {name}: {c['alloc_bytes_per_call'] / 1024:.0f} KiB per call "
-          f"(most of it log2phy, whose width is the largest replica count)")
-if any(ties.values()):
-    version = next(t["torch"] for t in ties.values() if t)
-    print(f"published code's default (unstable) torch sort, torch {version}, vs eplb's stable tie rule:")
-    for name in names:
-        t = ties.get(name)
-        if t:
-            print(f"  {name}: phy2log differs in {t['layers_differing']} of {t['layers']} layers; "
-                  f"sorted rank loads identical: {'yes' if t['same_sorted_rank_loads'] else 'NO'}")
-print(f"eplb: median of {os.environ.get('EPLB_BENCH_REPETITIONS', '5')} Google Benchmark repetitions; "
-      f"Python: median of {os.environ.get('EPLB_PYTHON_REPEAT', '5')} runs, torch.set_num_threads(1). "
-      "Left: wall time; right: CPU time of the timed thread (1 thread), robust when the machine is shared.")
-sys.exit(0 if exact_all else 1)
-EOF
+exec "$(command -v python3 || echo "$python")" "$root/bench/deepseek_table.py" "$work"

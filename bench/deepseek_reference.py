@@ -16,7 +16,8 @@ does this port by default; --published-sort uses torch's default sort.
   deepseek_reference.py place LOAD --replicas R --groups G --nodes N --ranks P [--out FILE]
       prints (or writes) {"phy2log", "log2phy", "logcnt"} as JSON.
   deepseek_reference.py time LOAD --replicas R ... [--repeat K]
-      prints the median wall and CPU seconds of K runs.
+      prints "median min max" wall seconds and the median CPU seconds of K runs
+      (after one warm-up run).
   deepseek_reference.py ties LOAD --replicas R ...
       how the published (unstable) sort changes the output: layers whose
       phy2log differs from the stable-sort result, and whether their rank
@@ -209,13 +210,14 @@ def main():
                           "same_sorted_rank_loads": bool(same_loads), "torch": torch.__version__}))
         return 0
     if args.mode == "time":
+        rebalance(weight, *shape)  # warm-up
         wall, cpu = [], []
         for _ in range(args.repeat):
             start, start_cpu = time.perf_counter(), time.process_time()
             rebalance(weight, *shape)
             wall.append(time.perf_counter() - start)
             cpu.append(time.process_time() - start_cpu)
-        print(f"{statistics.median(wall):.6f} {statistics.median(cpu):.6f}")
+        print(f"{statistics.median(wall):.6f} {min(wall):.6f} {max(wall):.6f} {statistics.median(cpu):.6f}")
         return 0
     phy2log, log2phy, logcnt = rebalance(weight, *shape)
     text = json.dumps({"phy2log": phy2log.tolist(), "log2phy": log2phy.tolist(), "logcnt": logcnt.tolist()})

@@ -5,10 +5,14 @@
 //   BM_PlanMigrationBuildOnly  the same, freeing the returned plan outside the timing
 //   BM_SlotsChanged/...        the reference in the same run: placement::slots_changed,
 //                              the bare diff of the two mappings (a floor, not a planner)
+// plan_bench --profile N: N plans of the random change (for callgrind / perf).
 // The timed region includes building and destroying the returned plan.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <optional>
 #include <random>
 #include <utility>
@@ -16,6 +20,7 @@
 
 #include "eplb/placement.h"
 #include "eplb/plan.h"
+#include "keep_freed_memory.h"
 
 namespace {
 
@@ -160,6 +165,23 @@ BENCHMARK(BM_SlotsChanged)
     ->Unit(benchmark::kMicrosecond)
     ->ComputeStatistics("min", min_of);
 
+// N plans of the random change, for callgrind / perf.
+int profile(int calls) {
+  int64_t requests = 0;
+  for (int i = 0; i < calls; ++i)
+    requests += eplb::plan_migration(old_placement(), new_placement(0), kDeepSeek).value().stats.requests;
+  std::printf("%d plans (%lld requests)\n", calls, static_cast<long long>(requests));
+  return 0;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  eplb::bench::keep_freed_memory();
+  if (argc == 3 && std::string(argv[1]) == "--profile") return profile(std::atoi(argv[2]));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

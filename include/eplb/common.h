@@ -4,7 +4,10 @@
 // Contract: Deadline is the only way eplb expresses "how long may this
 // wait"; every blocking call takes one. parallel_for runs fn(i) for i in
 // [0, n) on at most `threads` threads (the caller's included) and returns
-// when all are done; fn must not throw. Nothing here allocates per item.
+// when all are done; fn must not throw. Its threads are a persistent
+// process-wide pool, started on first use and reused by every later call;
+// a call made while the pool runs another job (or from inside fn) runs
+// inline on the caller. Nothing here allocates per item.
 #pragma once
 
 #include <chrono>
@@ -53,5 +56,8 @@ std::string format_seconds(double seconds);
 
 // Runs fn(i) for every i in [0, n) using up to `threads` threads (<= 1: inline).
 void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn);
+// The same, also passing the index (0 .. threads - 1) of the thread running
+// the item, for per-thread scratch. Which thread runs which item varies.
+void parallel_for(size_t n, int threads, const std::function<void(size_t, int)>& fn);
 
 }  // namespace eplb

@@ -101,6 +101,12 @@ class Placement {
   static Result<Placement> from_arrays(int num_layers, int num_experts, int num_slots, int max_replicas,
                                        std::vector<int32_t> phy2log, std::vector<int32_t> log2phy,
                                        std::vector<int32_t> logcnt);
+  // The same without the O(L * E * max_replicas) validation, for a producer
+  // that guarantees the invariants and whose tests check them (the deepseek
+  // policy); debug builds (no NDEBUG) still validate and abort on a violation.
+  static Placement from_arrays_unchecked(int num_layers, int num_experts, int num_slots, int max_replicas,
+                                         std::vector<int32_t> phy2log, std::vector<int32_t> log2phy,
+                                         std::vector<int32_t> logcnt);
 
   int num_layers() const { return num_layers_; }
   int num_experts() const { return num_experts_; }
@@ -134,6 +140,10 @@ class Placement {
   bool operator==(const Placement&) const = default;
 
  private:
+  // Adopts the arrays as they are (from_arrays and from_arrays_unchecked).
+  Placement(std::vector<int32_t> phy2log, std::vector<int32_t> log2phy, std::vector<int32_t> logcnt, int num_layers,
+            int num_experts, int num_slots, int max_replicas);
+
   int num_layers_ = 0;
   int num_experts_ = 0;
   int num_slots_ = 0;

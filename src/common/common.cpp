@@ -2,11 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <atomic>
-#include <thread>
-#include <vector>
-
 namespace eplb {
 
 std::chrono::nanoseconds Deadline::remaining() const {
@@ -32,24 +27,6 @@ std::string format_seconds(double seconds) {
   if (seconds >= 1.0) return fmt::format("{:.1f} s", seconds);
   if (seconds >= 1e-3) return fmt::format("{:.0f} ms", seconds * 1e3);
   return fmt::format("{:.0f} us", seconds * 1e6);
-}
-
-void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) {
-  size_t workers = static_cast<size_t>(std::max(1, threads));
-  workers = std::min(workers, n);
-  if (workers <= 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  auto drain = [&] {
-    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(workers - 1);
-  for (size_t t = 0; t + 1 < workers; ++t) pool.emplace_back(drain);
-  drain();
-  for (auto& thread : pool) thread.join();
 }
 
 }  // namespace eplb

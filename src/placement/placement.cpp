@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fmt/format.h>
 #include <string>
 
@@ -65,15 +67,34 @@ Result<Placement> Placement::from_arrays(int num_layers, int num_experts, int nu
   if (log2phy.size() != size_t(num_layers) * num_experts * max_replicas)
     return error(Code::InvalidArgument, fmt::format("log2phy holds {} entries, expected {}", log2phy.size(),
                                                     size_t(num_layers) * num_experts * max_replicas));
-  Placement placement;
-  placement.num_layers_ = num_layers;
-  placement.num_experts_ = num_experts;
-  placement.num_slots_ = num_slots;
-  placement.max_replicas_ = max_replicas;
-  placement.phy2log_ = std::move(phy2log);
-  placement.log2phy_ = std::move(log2phy);
-  placement.logcnt_ = std::move(logcnt);
+  Placement placement(std::move(phy2log), std::move(log2phy), std::move(logcnt), num_layers, num_experts, num_slots,
+                      max_replicas);
   EPLB_TRY(placement.validate());
+  return placement;
+}
+
+Placement::Placement(std::vector<int32_t> phy2log, std::vector<int32_t> log2phy, std::vector<int32_t> logcnt,
+                     int num_layers, int num_experts, int num_slots, int max_replicas)
+    : num_layers_(num_layers),
+      num_experts_(num_experts),
+      num_slots_(num_slots),
+      max_replicas_(max_replicas),
+      phy2log_(std::move(phy2log)),
+      log2phy_(std::move(log2phy)),
+      logcnt_(std::move(logcnt)) {}
+
+Placement Placement::from_arrays_unchecked(int num_layers, int num_experts, int num_slots, int max_replicas,
+                                           std::vector<int32_t> phy2log, std::vector<int32_t> log2phy,
+                                           std::vector<int32_t> logcnt) {
+  Placement placement(std::move(phy2log), std::move(log2phy), std::move(logcnt), num_layers, num_experts, num_slots,
+                      max_replicas);
+#ifndef NDEBUG
+  if (Status status = placement.validate(); !status.is_ok()) {
+    std::fprintf(stderr, "eplb: Placement::from_arrays_unchecked got an invalid placement: %s\n",
+                 status.to_string().c_str());
+    std::abort();
+  }
+#endif
   return placement;
 }
 

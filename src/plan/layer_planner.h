@@ -28,12 +28,22 @@ class LayerPlanner {
     int32_t rank;   // receiving rank
     int32_t index;  // index of the slot within the rank (into RankLayerPlan::slots)
     int32_t expert;
+    int32_t source_rank = -1, source_slot = -1;  // chosen by choose_sources (copied into the op)
   };
 
-  Status check_and_index(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log, int layer);
+  Status check_sizes(std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log, int layer) const;
+  Status not_an_expert(const char* which, int slot, int32_t expert, int layer) const;
+  Status index_old(std::span<const int32_t> old_phy2log, int layer);
+  Status check_new(std::span<const int32_t> new_phy2log, int layer) const;
+  void start_layer(LayerPlan& plan, int layer);
+  void classify_rank(int rank, std::span<const int32_t> old_phy2log, std::span<const int32_t> new_phy2log,
+                     LayerPlan& plan);
   bool has_replica_on_node(int32_t expert, int node) const;
-  int32_t choose_source(int32_t expert, int node_filter);
-  void batch_reads(RankLayerPlan& rank_plan, size_t begin, size_t end, PlanStats& stats);
+  int32_t least_served(int32_t first, int32_t end, int node_filter) const;
+  void choose_sources(LayerPlan& plan);
+  void batch_reads(int rank, size_t begin, size_t end, LayerPlan& plan);
+  void batch_all_reads(LayerPlan& plan);
+  void list_read_from(LayerPlan& plan);
 
   Topology topology_;
   int slots_per_rank_ = 0;
@@ -60,13 +70,12 @@ class LayerPlanner {
   std::vector<uint64_t> node_mask_;  // [E]
 
   std::vector<int32_t> reads_served_;  // [R] reads served so far by each old slot
-  std::vector<uint64_t> served_bits_;  // [R / 64] slots serving >= 1 read
-  std::vector<int32_t> read_from_count_;  // [P] distinct slots read from each rank
-  std::vector<PendingRead> pending_;   // every read, by (rank, slot); reserved to R
-  std::vector<int32_t> local_reads_;   // indices into pending_ with a replica on the receiver's node
-  std::vector<int32_t> remote_reads_;  // indices into pending_ without
+  std::vector<PendingRead> pending_;   // [R] every read, by (rank, slot): the first num_pending_
+  std::vector<int32_t> local_reads_;   // [R] indices into pending_ with a replica on the receiver's node
+  std::vector<int32_t> remote_reads_;  // [R] indices into pending_ without
+  std::vector<int32_t> rank_reads_begin_;  // [P + 1] each rank's first read in pending_
+  int32_t num_pending_ = 0, num_local_reads_ = 0, num_remote_reads_ = 0;
 
-  // batch_reads: the rows of one receiving rank bucketed by source rank.
   std::vector<uint64_t> source_bits_;  // [P / 64] source ranks seen
   std::vector<int32_t> bucket_head_;   // [P] first row from each source rank
   std::vector<int32_t> bucket_tail_;   // [P] last row from each source rank

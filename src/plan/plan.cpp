@@ -13,6 +13,40 @@ int ReadRequest::slots() const {
   return total;
 }
 
+namespace {
+
+// The view of `count` elements at the offset `view` has in `from_storage`,
+// placed in `to_storage` instead.
+template <class T>
+std::span<const T> same_view(std::span<const T> view, const std::vector<T>& from_storage,
+                             const std::vector<T>& to_storage) {
+  if (view.empty()) return {};
+  return {to_storage.data() + (view.data() - from_storage.data()), view.size()};
+}
+
+}  // namespace
+
+LayerPlan::LayerPlan(const LayerPlan& other)
+    : layer(other.layer),
+      ranks(other.ranks),
+      stats(other.stats),
+      slots_read_from(other.slots_read_from),
+      slot_storage(other.slot_storage),
+      read_storage(other.read_storage),
+      read_from_storage(other.read_from_storage) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    ranks[r].slots = same_view(other.ranks[r].slots, other.slot_storage, slot_storage);
+    ranks[r].reads = same_view(other.ranks[r].reads, other.read_storage, read_storage);
+  }
+  for (size_t r = 0; r < slots_read_from.size(); ++r)
+    slots_read_from[r] = same_view<int>(other.slots_read_from[r], other.read_from_storage, read_from_storage);
+}
+
+LayerPlan& LayerPlan::operator=(const LayerPlan& other) {
+  if (this != &other) *this = LayerPlan(other);
+  return *this;
+}
+
 PlanStats& PlanStats::operator+=(const PlanStats& other) {
   slots_kept += other.slots_kept;
   slots_local_copy += other.slots_local_copy;

@@ -117,15 +117,19 @@ std::vector<int32_t> pack_replicas(std::span<const double> load, std::span<const
   return phy2log;
 }
 
-std::vector<int32_t> balance_layer(std::span<const double> load, const Topology& topology,
-                                   std::span<const int32_t> start, bool anti_affinity,
-                                   const BalanceSettings& settings) {
-  const int experts = int(load.size()), slots = topology.num_slots;
-  std::vector<int32_t> start_layer(start.begin(), start.end());
-  const double start_max = layer_max_load(start_layer, load, topology);
-  if (start_max <= 0) return start_layer;
+namespace {
 
-  // (1)+(2): candidate count vectors and their packings.
+struct Packed {
+  double max_load;
+  std::vector<int32_t> phy2log;
+};
+
+// (1)+(2): candidate replica count vectors (the greedy counts; with large
+// single replicas also counts under a few load caps with a few filler
+// fractions) and their packings, best first.
+std::vector<Packed> candidate_packings(std::span<const double> load, const Topology& topology, bool anti_affinity,
+                                       const BalanceSettings& settings) {
+  const int experts = int(load.size()), slots = topology.num_slots;
   std::vector<int> greedy = greedy_replica_counts(load, slots);
   double cap0 = 0, total_load = 0;
   for (int e = 0; e < experts; ++e) {
@@ -138,10 +142,6 @@ std::vector<int32_t> balance_layer(std::span<const double> load, const Topology&
   const int caps = search_counts ? settings.caps : 1;
   const std::vector<double> greedy_only{1.0};
   const std::vector<double>& fractions = search_counts ? settings.filler_fractions : greedy_only;
-  struct Packed {
-    double max_load;
-    std::vector<int32_t> phy2log;
-  };
   std::vector<Packed> packed;
   std::vector<std::vector<int>> seen;
   std::vector<int> base(static_cast<size_t>(experts));
@@ -160,11 +160,23 @@ std::vector<int32_t> balance_layer(std::span<const double> load, const Topology&
       std::vector<int32_t> phy2log = pack_replicas(load, count, topology, anti_affinity);
       seen.push_back(std::move(count));
       if (phy2log.empty()) continue;
-      double max = layer_max_load(phy2log, load, topology);
+      const double max = layer_max_load(phy2log, load, topology);
       packed.push_back({max, std::move(phy2log)});
     }
   }
   std::stable_sort(packed.begin(), packed.end(), [](const Packed& a, const Packed& b) { return a.max_load < b.max_load; });
+  return packed;
+}
+
+}  // namespace
+
+std::vector<int32_t> balance_layer(std::span<const double> load, const Topology& topology,
+                                   std::span<const int32_t> start, bool anti_affinity,
+                                   const BalanceSettings& settings) {
+  std::vector<int32_t> start_layer(start.begin(), start.end());
+  const double start_max = layer_max_load(start_layer, load, topology);
+  if (start_max <= 0) return start_layer;
+  const std::vector<Packed> packed = candidate_packings(load, topology, anti_affinity, settings);
 
   // (3): refine deepseek's start and the best packings.
   SearchLimits limits;
@@ -180,7 +192,7 @@ std::vector<int32_t> balance_layer(std::span<const double> load, const Topology&
   auto refine = [&](std::span<const int32_t> from) {
     LayerSearch search(load, topology, from);
     search.improve(limits);
-    double max = search.max_load();
+    const double max = search.max_load();
     if (max < best_max) {
       best_max = max;
       best = search.phy2log();

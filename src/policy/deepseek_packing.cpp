@@ -1,155 +1,89 @@
-// deepseek_packing.cpp - balanced packing and replication with DeepSeek's tie
-// rules: integer sort keys and a tournament tree over preallocated buffers.
+// deepseek_packing.cpp - DeepSeek's balanced packing, interleaved over a
+// batch of independent problems.
 #include "deepseek_packing.h"
 
-#include <algorithm>
 #include <bit>
-#include <limits>
 
 namespace eplb::deepseek_detail {
 
 namespace {
 
-constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
-
-// The bits of a float32 >= 0 order like the value itself (-0 counts as +0,
-// as it compares equal to it). Loads are never negative or NaN.
-inline uint32_t ordered_bits(float value) {
-  uint32_t bits = std::bit_cast<uint32_t>(value);
-  return bits == 0x80000000u ? 0u : bits;
-}
-// Smaller key first: smaller value, then lower index.
-inline uint64_t ascending_key(float value, int index) {
-  return (uint64_t(ordered_bits(value)) << 32) | uint32_t(index);
-}
-// Smaller key first: larger value, then lower index.
-inline uint64_t descending_key(float value, int index) {
-  return (uint64_t(~ordered_bits(value)) << 32) | uint32_t(index);
-}
-inline int32_t index_of(uint64_t key) { return int32_t(uint32_t(key)); }
-
-// Sorts keys whose low 32 bits (the index) are already ascending by their
-// high 32 bits: a stable LSD radix sort, one byte per pass, skipping bytes
-// that every key shares. Same result as std::sort on the whole key.
-void sort_keys(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare) {
-  const size_t n = keys.size();
-  if (n < 64) {
-    std::sort(keys.begin(), keys.end());
-    return;
-  }
-  uint32_t histogram[4][256] = {};
-  for (uint64_t key : keys)
-    for (int pass = 0; pass < 4; ++pass) ++histogram[pass][(key >> (32 + 8 * pass)) & 0xff];
-  spare.resize(n);
-  for (int pass = 0; pass < 4; ++pass) {
-    uint32_t* counts = histogram[pass];
-    const int shift = 32 + 8 * pass;
-    if (counts[(keys[0] >> shift) & 0xff] == n) continue;  // one bucket: order unchanged
-    uint32_t offset = 0;
-    for (int b = 0; b < 256; ++b) {
-      uint32_t count = counts[b];
-      counts[b] = offset;
-      offset += count;
+// One greedy step of every job per round: the jobs' dependency chains
+// (find the lightest pack, add to it, update its tree) overlap. kLeaves > 0
+// fixes the tree size at compile time so the path update is unrolled.
+template <int kLeaves>
+void pack_interleaved(const BatchPacker::State* states, int num_jobs, int first_step, int num_items, int per_pack,
+                      int run_leaves) {
+  const int leaves = kLeaves > 0 ? kLeaves : run_leaves;
+  for (int step = first_step; step < num_items; ++step)
+    for (int b = 0; b < num_jobs; ++b) {  // independent chains, interleaved
+      const BatchPacker::State st = states[b];
+      const uint64_t key = st.items[step];
+      const uint32_t pack = uint32_t(st.tree[1]);  // lightest non-full pack, lowest index
+      const int32_t rank = st.filled[pack]++;
+      st.position[uint32_t(key)] = int32_t(pack) * per_pack + rank;
+      uint64_t next = kNever;  // full: never chosen again
+      if (rank + 1 < per_pack) {
+        const float sum = st.load[pack] + value_of_descending(key);  // float32, in assignment order
+        st.load[pack] = sum;
+        next = (uint64_t(std::bit_cast<uint32_t>(sum)) << 32) | pack;  // a sum from +0 is never -0
+      }
+      update_path<kLeaves>(st.tree, leaves, int(pack), next);
     }
-    for (uint64_t key : keys) spare[counts[(key >> shift) & 0xff]++] = key;
-    keys.swap(spare);
-  }
 }
 
 }  // namespace
 
-void MinTree::reset(int size) {
-  leaves_ = 1;
-  while (leaves_ < size) leaves_ <<= 1;
-  node_.assign(size_t(2 * leaves_), kNever);
-}
-
-void MinTree::build() {
-  for (int i = leaves_ - 1; i >= 1; --i) node_[i] = std::min(node_[2 * i], node_[2 * i + 1]);
-}
-
-void MinTree::update(int leaf, uint64_t key) {
-  // Carry the new minimum up in a register: each level reads only the
-  // sibling, which does not depend on the stores just made.
-  int i = leaves_ + leaf;
-  node_[i] = key;
-  uint64_t smallest = key;
-  while (i > 1) {
-    smallest = std::min(smallest, node_[i ^ 1]);
-    i >>= 1;
-    node_[i] = smallest;
-  }
-}
-
-void PackingScratch::reserve(int max_items, int max_packs, int max_experts) {
-  sort_keys.reserve(size_t(max_items));
-  sort_spare.reserve(size_t(max_items));
-  pack_items.reserve(size_t(max_packs));
-  pack_load.reserve(size_t(max_packs));
-  int leaves = 1;
-  while (leaves < std::max(max_packs, max_experts)) leaves <<= 1;
-  tree.reset(leaves);
-}
-
-void balanced_packing(const float* weight, int num_items, int num_packs, int32_t* pack_of, int32_t* rank_in_pack,
-                      PackingScratch& scratch) {
-  const int per_pack = num_items / num_packs;
-  if (per_pack == 1) {
-    for (int i = 0; i < num_items; ++i) {
-      pack_of[i] = i;
-      rank_in_pack[i] = 0;
+// Sets up every job's state. When the first num_packs - 1 items of every
+// job weigh more than 0, item k < num_packs goes to pack k (all packs are
+// empty and the lowest index wins; each item then makes its pack heavier
+// than the empty ones): those steps are taken here, and the returned first
+// step of the greedy loop skips them.
+int BatchPacker::start_jobs(const Job* jobs, int num_jobs, int num_packs, int per_pack, int leaves) {
+  bool positive = num_packs >= 2;
+  for (int b = 0; b < num_jobs && positive; ++b) positive = value_of_descending(jobs[b].items[num_packs - 2]) > 0.0f;
+  tree_.assign(size_t(2 * leaves) * size_t(num_jobs), kNever);
+  load_.assign(size_t(leaves) * size_t(num_jobs), 0.0f);
+  filled_.assign(size_t(leaves) * size_t(num_jobs), 0);
+  states_.resize(size_t(num_jobs));
+  for (int b = 0; b < num_jobs; ++b) {
+    State& st = states_[size_t(b)];
+    st = {jobs[b].items, jobs[b].position, tree_.data() + size_t(2 * leaves) * size_t(b),
+          load_.data() + size_t(leaves) * size_t(b), filled_.data() + size_t(leaves) * size_t(b)};
+    for (int p = 0; p < num_packs; ++p) {
+      if (positive) {
+        st.position[index_of(st.items[p])] = p * per_pack;
+        st.load[p] = value_of_descending(st.items[p]);
+        st.filled[p] = 1;
+      }
+      st.tree[leaves + p] = ascending_key(st.load[p], p);
     }
+    build_tree(st.tree, leaves);
+  }
+  return positive ? num_packs : 0;
+}
+
+void BatchPacker::run(const Job* jobs, int num_jobs, int num_items, int num_packs) {
+  const int per_pack = num_items / num_packs;
+  if (per_pack == 1) {  // the published special case: item i to pack i
+    for (int b = 0; b < num_jobs; ++b)
+      for (int i = 0; i < num_items; ++i) jobs[b].position[i] = i;
     return;
   }
-
-  // Descending weight, equal weights in index order (a stable sort).
-  auto& keys = scratch.sort_keys;
-  keys.resize(size_t(num_items));
-  for (int i = 0; i < num_items; ++i) keys[i] = descending_key(weight[i], i);
-  sort_keys(keys, scratch.sort_spare);
-
-  auto& items = scratch.pack_items;
-  auto& load = scratch.pack_load;
-  items.assign(size_t(num_packs), 0);
-  load.assign(size_t(num_packs), 0.0f);
-  MinTree& tree = scratch.tree;
-  tree.reset(num_packs);
-  for (int p = 0; p < num_packs; ++p) tree.set(p, ascending_key(0.0f, p));
-  tree.build();
-
-  for (uint64_t key : keys) {
-    const int32_t item = index_of(key);
-    const int32_t pack = index_of(tree.min());  // lightest non-full pack, lowest index
-    pack_of[item] = pack;
-    rank_in_pack[item] = items[pack]++;
-    if (items[pack] == per_pack) {
-      tree.update(pack, kNever);  // full: never chosen again
-    } else {
-      load[pack] = load[pack] + weight[item];  // float32, in assignment order
-      tree.update(pack, ascending_key(load[pack], pack));
-    }
-  }
+  const int leaves = leaves_for(num_packs);
+  const int first_step = start_jobs(jobs, num_jobs, num_packs, per_pack, leaves);
+  dispatch_leaves(leaves, [&](auto fixed) {
+    pack_interleaved<decltype(fixed)::value>(states_.data(), num_jobs, first_step, num_items, per_pack, leaves);
+  });
 }
 
-void replicate_experts(const float* weight, int num_experts, int num_physical, int32_t* phy2expert,
-                       int32_t* replica_rank, int32_t* count, PackingScratch& scratch) {
-  for (int e = 0; e < num_experts; ++e) {
-    phy2expert[e] = e;
-    replica_rank[e] = 0;
-    count[e] = 1;
-  }
-  if (num_physical == num_experts) return;
-
-  MinTree& tree = scratch.tree;
-  tree.reset(num_experts);
-  for (int e = 0; e < num_experts; ++e) tree.set(e, descending_key(weight[e], e));  // weight / 1 is exact
-  tree.build();
-  for (int p = num_experts; p < num_physical; ++p) {
-    const int32_t expert = index_of(tree.min());  // largest weight / count, lowest index
-    phy2expert[p] = expert;
-    replica_rank[p] = count[expert]++;
-    tree.update(expert, descending_key(weight[expert] / static_cast<float>(count[expert]), expert));
-  }
+void balanced_packing(const float* weight, int num_items, int num_packs, int32_t* position,
+                      std::vector<uint64_t>& keys, std::vector<uint64_t>& spare, BatchPacker& packer) {
+  keys.resize(size_t(num_items));
+  for (int i = 0; i < num_items; ++i) keys[size_t(i)] = descending_key(weight[i], i);
+  sort_keys(keys.data(), num_items, spare);
+  const BatchPacker::Job job{keys.data(), position};
+  packer.run(&job, 1, num_items, num_packs);
 }
 
 }  // namespace eplb::deepseek_detail

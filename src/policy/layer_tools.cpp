@@ -78,13 +78,113 @@ bool rank_holds(std::span<const int32_t> phy2log, int per_rank, int rank, int ex
 
 }  // namespace
 
+namespace {
+
+std::string at_layer(int layer) { return "layer " + std::to_string(layer) + ": "; }
+
+// An expert with more replicas than ranks: its duplicates (last slot first)
+// re-targeted to the experts with the largest load per replica that have
+// room. Returns the slots rewritten.
+Result<int> reduce_surplus(std::vector<int32_t>& phy2log, std::span<const double> load, int ranks, int per_rank,
+                           int expert, std::vector<int>& count, int layer) {
+  const int experts = int(load.size());
+  int rewritten = 0;
+  for (int slot = int(phy2log.size()) - 1; slot >= 0 && count[size_t(expert)] > ranks; --slot) {
+    if (phy2log[size_t(slot)] != expert) continue;
+    const int rank = slot / per_rank;
+    int on_rank = 0;
+    for (int i = 0; i < per_rank; ++i) on_rank += phy2log[size_t(rank) * per_rank + i] == expert;
+    if (on_rank < 2) continue;
+    int target = -1;
+    double target_weight = -1;
+    for (int h = 0; h < experts; ++h) {
+      if (count[size_t(h)] >= ranks || rank_holds(phy2log, per_rank, rank, h)) continue;
+      const double w = load[size_t(h)] / (count[size_t(h)] + 1);
+      if (w > target_weight) {
+        target = h;
+        target_weight = w;
+      }
+    }
+    if (target < 0) break;
+    phy2log[size_t(slot)] = target;
+    --count[size_t(expert)];
+    ++count[size_t(target)];
+    ++rewritten;
+  }
+  if (count[size_t(expert)] > ranks)
+    return error(Code::Internal, at_layer(layer) + "anti-affinity repair could not reduce the replicas of expert " +
+                                     std::to_string(expert));
+  return rewritten;
+}
+
+// The slot of another rank to swap with `slot` (whose expert is duplicated
+// on its rank): neither rank may then hold a duplicate; the smallest larger
+// load of the two ranks wins (ties: lowest slot), same node first when
+// prefer_same_node. -1 if none.
+int swap_partner(const std::vector<int32_t>& phy2log, const Topology& topology, const std::vector<double>& rank_load,
+                 const std::vector<int>& count, std::span<const double> load, int slot, bool prefer_same_node) {
+  const int per_rank = topology.slots_per_rank();
+  const int rank = slot / per_rank, expert = phy2log[size_t(slot)];
+  auto weight = [&](int s) { return load[size_t(phy2log[size_t(s)])] / count[size_t(phy2log[size_t(s)])]; };
+  int best = -1;
+  bool best_same_node = false;
+  double best_peak = std::numeric_limits<double>::infinity();
+  for (int other = 0; other < topology.num_ranks; ++other) {
+    if (other == rank || rank_holds(phy2log, per_rank, other, expert)) continue;
+    const bool same_node = topology.node_of_rank(other) == topology.node_of_rank(rank);
+    if (prefer_same_node && best_same_node && !same_node) continue;
+    for (int k = 0; k < per_rank; ++k) {
+      const int partner = other * per_rank + k;
+      const int partner_expert = phy2log[size_t(partner)];
+      if (partner_expert == expert || rank_holds(phy2log, per_rank, rank, partner_expert)) continue;
+      const double delta = weight(partner) - weight(slot);
+      const double peak = std::max(rank_load[size_t(rank)] + delta, rank_load[size_t(other)] - delta);
+      if (peak < best_peak || (prefer_same_node && same_node && !best_same_node)) {
+        best = partner;
+        best_peak = peak;
+        best_same_node = same_node;
+      }
+    }
+  }
+  return best;
+}
+
+// Every duplicate swapped away; each swap removes one duplicate and creates
+// none, so this terminates. Returns the slots rewritten.
+Result<int> separate_duplicates(std::vector<int32_t>& phy2log, std::span<const double> load, const Topology& topology,
+                                const std::vector<int>& count, int layer, bool prefer_same_node) {
+  const int per_rank = topology.slots_per_rank();
+  std::vector<double> rank_load;
+  layer_rank_loads(phy2log, load, topology, rank_load);
+  auto weight = [&](int s) { return load[size_t(phy2log[size_t(s)])] / count[size_t(phy2log[size_t(s)])]; };
+  int rewritten = 0;
+  for (int slot = 0; slot < int(phy2log.size()); ++slot) {
+    const int rank = slot / per_rank, expert = phy2log[size_t(slot)];
+    bool duplicate = false;
+    for (int j = rank * per_rank; j < slot; ++j) duplicate |= phy2log[size_t(j)] == expert;
+    if (!duplicate) continue;
+    const int best = swap_partner(phy2log, topology, rank_load, count, load, slot, prefer_same_node);
+    if (best < 0)
+      return error(Code::InvalidArgument, at_layer(layer) + "anti-affinity repair found no swap for expert " +
+                                              std::to_string(expert) + " on rank " + std::to_string(rank));
+    const double delta = weight(best) - weight(slot);
+    rank_load[size_t(rank)] += delta;
+    rank_load[size_t(best / per_rank)] -= delta;
+    std::swap(phy2log[size_t(slot)], phy2log[size_t(best)]);
+    rewritten += 2;
+  }
+  return rewritten;
+}
+
+}  // namespace
+
 Result<int> repair_anti_affinity(std::vector<int32_t>& phy2log, std::span<const double> load,
                                  const Topology& topology, int layer, bool prefer_same_node, bool may_change_counts) {
   const int per_rank = topology.slots_per_rank();
   const int ranks = topology.num_ranks;
   const int experts = int(load.size());
   if (per_rank > experts)
-    return error(Code::InvalidArgument, "layer " + std::to_string(layer) + ": anti-affinity is impossible: " +
+    return error(Code::InvalidArgument, at_layer(layer) + "anti-affinity is impossible: " +
                                             std::to_string(per_rank) + " slots per rank but only " +
                                             std::to_string(experts) + " experts");
   std::vector<int> count(load.size(), 0);
@@ -93,86 +193,44 @@ Result<int> repair_anti_affinity(std::vector<int32_t>& phy2log, std::span<const 
   for (int e = 0; e < experts; ++e) {
     if (count[size_t(e)] <= ranks) continue;
     if (!may_change_counts)
-      return error(Code::InvalidArgument, "layer " + std::to_string(layer) + ": anti-affinity is impossible: expert " +
+      return error(Code::InvalidArgument, at_layer(layer) + "anti-affinity is impossible: expert " +
                                               std::to_string(e) + " has " + std::to_string(count[size_t(e)]) +
                                               " replicas but there are only " + std::to_string(ranks) + " ranks");
-    // Too many replicas: re-target duplicates (last slot first) to the
-    // experts with the largest load per replica that have room.
-    for (int slot = int(phy2log.size()) - 1; slot >= 0 && count[size_t(e)] > ranks; --slot) {
-      if (phy2log[size_t(slot)] != e) continue;
-      const int rank = slot / per_rank;
-      int on_rank = 0;
-      for (int i = 0; i < per_rank; ++i) on_rank += phy2log[size_t(rank) * per_rank + i] == e;
-      if (on_rank < 2) continue;
-      int target = -1;
-      double target_weight = -1;
-      for (int h = 0; h < experts; ++h) {
-        if (count[size_t(h)] >= ranks || rank_holds(phy2log, per_rank, rank, h)) continue;
-        double w = load[size_t(h)] / (count[size_t(h)] + 1);
-        if (w > target_weight) {
-          target = h;
-          target_weight = w;
-        }
-      }
-      if (target < 0) break;
-      phy2log[size_t(slot)] = target;
-      --count[size_t(e)];
-      ++count[size_t(target)];
-      ++rewritten;
-    }
-    if (count[size_t(e)] > ranks)
-      return error(Code::Internal, "layer " + std::to_string(layer) + ": anti-affinity repair could not reduce the "
-                                       "replicas of expert " + std::to_string(e));
+    EPLB_ASSIGN_OR_RETURN(int surplus, reduce_surplus(phy2log, load, ranks, per_rank, e, count, layer));
+    rewritten += surplus;
   }
-  std::vector<double> rank_load;
-  layer_rank_loads(phy2log, load, topology, rank_load);
-  auto weight = [&](int slot) { return load[size_t(phy2log[size_t(slot)])] / count[size_t(phy2log[size_t(slot)])]; };
-  // Every swap removes one duplicate and creates none, so this terminates.
-  for (int rank = 0; rank < ranks; ++rank) {
-    for (int i = 0; i < per_rank; ++i) {
-      int slot = rank * per_rank + i;
-      int expert = phy2log[size_t(slot)];
-      bool duplicate = false;
-      for (int j = 0; j < i; ++j) duplicate |= phy2log[size_t(rank) * per_rank + j] == expert;
-      if (!duplicate) continue;
-      int best = -1;
-      bool best_same_node = false;
-      double best_peak = std::numeric_limits<double>::infinity();
-      for (int other = 0; other < ranks; ++other) {
-        if (other == rank || rank_holds(phy2log, per_rank, other, expert)) continue;
-        bool same_node = topology.node_of_rank(other) == topology.node_of_rank(rank);
-        if (prefer_same_node && best_same_node && !same_node) continue;
-        for (int k = 0; k < per_rank; ++k) {
-          int partner = other * per_rank + k;
-          int partner_expert = phy2log[size_t(partner)];
-          if (partner_expert == expert || rank_holds(phy2log, per_rank, rank, partner_expert)) continue;
-          double delta = weight(partner) - weight(slot);
-          double peak = std::max(rank_load[size_t(rank)] + delta, rank_load[size_t(other)] - delta);
-          bool better = peak < best_peak;
-          if (prefer_same_node && same_node && !best_same_node) better = true;
-          if (better) {
-            best = partner;
-            best_peak = peak;
-            best_same_node = same_node;
-          }
-        }
-      }
-      if (best < 0)
-        return error(Code::InvalidArgument, "layer " + std::to_string(layer) +
-                                                ": anti-affinity repair found no swap for expert " +
-                                                std::to_string(expert) + " on rank " + std::to_string(rank));
-      double delta = weight(best) - weight(slot);
-      rank_load[size_t(rank)] += delta;
-      rank_load[size_t(best / per_rank)] -= delta;
-      std::swap(phy2log[size_t(slot)], phy2log[size_t(best)]);
-      rewritten += 2;
-    }
-  }
-  return rewritten;
+  EPLB_ASSIGN_OR_RETURN(int swapped, separate_duplicates(phy2log, load, topology, count, layer, prefer_same_node));
+  return rewritten + swapped;
 }
 
+// A policy's own phy2log: the checks that can fail (every entry an expert,
+// every expert at least one replica), then logcnt and log2phy built directly
+// instead of built and validated again (Placement::from_phy2log, which
+// gives the message when a check fails).
 Result<Placement> placement_from_phy2log(const Topology& topology, std::vector<int32_t> phy2log) {
-  return Placement::from_phy2log(topology.num_layers, topology.num_experts, topology.num_slots, std::move(phy2log));
+  const size_t layers = size_t(topology.num_layers), experts = size_t(topology.num_experts);
+  const size_t slots = size_t(topology.num_slots);
+  std::vector<int32_t> logcnt(layers * experts, 0);
+  bool valid = phy2log.size() == layers * slots;
+  for (size_t i = 0; valid && i < phy2log.size(); ++i) {
+    valid = uint32_t(phy2log[i]) < uint32_t(experts);
+    if (valid) ++logcnt[(i / slots) * experts + size_t(phy2log[i])];
+  }
+  valid = valid && std::find(logcnt.begin(), logcnt.end(), 0) == logcnt.end();
+  if (!valid)
+    return Placement::from_phy2log(topology.num_layers, topology.num_experts, topology.num_slots, std::move(phy2log));
+  const size_t width = size_t(*std::max_element(logcnt.begin(), logcnt.end()));
+  std::vector<int32_t> log2phy(layers * experts * width, -1);
+  std::vector<int32_t> filled(experts);
+  for (size_t l = 0; l < layers; ++l) {
+    std::fill(filled.begin(), filled.end(), 0);
+    for (size_t s = 0; s < slots; ++s) {
+      const size_t e = size_t(phy2log[l * slots + s]);
+      log2phy[(l * experts + e) * width + size_t(filled[e]++)] = int32_t(s);
+    }
+  }
+  return Placement::from_arrays_unchecked(topology.num_layers, topology.num_experts, topology.num_slots, int(width),
+                                          std::move(phy2log), std::move(log2phy), std::move(logcnt));
 }
 
 int apply_hysteresis(std::vector<int32_t>& phy2log, const Placement& current, const LoadMatrix& load,

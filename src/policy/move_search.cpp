@@ -26,6 +26,9 @@ LayerSearch::LayerSearch(std::span<const double> load, const Topology& topology,
       order_(size_t(ranks_)),
       rank_of_(size_t(slots_)),
       rank_stamp_(size_t(ranks_), 0),
+      donor_score_(size_t(slots_)),
+
+      expert_dirty_(size_t(experts_), 1),
       affected_rank_(size_t(slots_) + 1),
       affected_load_(size_t(slots_) + 1),
       affected_square_(size_t(slots_) + 1) {
@@ -147,6 +150,9 @@ void LayerSearch::scan_swaps(Candidate& best, int partners, int budget_left, con
         const int b = light * per_rank_ + j;
         const double wb = slot_weight_[size_t(b)];
         if (wa <= wb) continue;  // must lighten the heavy rank (also skips equal experts)
+        const int ea = slot_expert_[size_t(a)], eb = slot_expert_[size_t(b)];
+        const int cost = cost_of(a, eb) + cost_of(b, ea);
+        if (cost > budget_left) continue;  // consider() would refuse it: checked first, it is cheap
         const double delta = wa - wb, delta_square = wa * wa - wb * wb;
         const double sa = score(heavy_load - delta, heavy_square - delta_square);
         if (limits.accept_plateau ? sa > current_max_ : current_max_ - sa <= gain_floor) continue;
@@ -154,10 +160,9 @@ void LayerSearch::scan_swaps(Candidate& best, int partners, int budget_left, con
         const double gain = current_max_ - std::max(std::max(sa, sb), rest);
         const double square_gain = heavy_score * heavy_score + light_score * light_score - sa * sa - sb * sb;
         if (!acceptable(gain, square_gain, limits)) continue;
-        const int ea = slot_expert_[size_t(a)], eb = slot_expert_[size_t(b)];
         if (ea == eb) continue;
         if (limits.anti_affinity && (rank_holds(heavy, eb) || rank_holds(light, ea))) continue;
-        consider(best, Candidate{1, a, b, 0, 0, cost_of(a, eb) + cost_of(b, ea)}, gain, square_gain, budget_left);
+        consider(best, Candidate{1, a, b, 0, 0, cost}, gain, square_gain, budget_left);
       }
     }
   }
@@ -207,94 +212,104 @@ void LayerSearch::try_retarget(Candidate& best, int slot, int expert, int budget
     consider(best, Candidate{2, slot, expert, 0, 0, cost}, gain, square_gain, budget_left);
 }
 
-void LayerSearch::scan_new_replicas(Candidate& best, const std::vector<int>& hot, const std::vector<int>& donors,
-                                    int budget_left, const SearchLimits& limits) {
-  // The donor side of each move (slot s gives up its expert c): s's rank
-  // loses c's replica, c's other replicas get heavier. Computed once per donor.
-  donor_cache_.clear();
-  for (int s : donors) {
-    Donor d{};
-    d.slot = s;
-    d.expert = slot_expert_[size_t(s)];
-    d.rank = rank_of_[size_t(s)];
-    const double c_old = expert_weight_[size_t(d.expert)];
-    const double c_new = load_[size_t(d.expert)] / (count_[size_t(d.expert)] - 1);
-    d.rank_load_after = rank_load_[size_t(d.rank)] - c_old;
-    d.rank_square_after = rank_square_[size_t(d.rank)] - c_old * c_old;
-    d.ranks[d.num_ranks++] = d.rank;
-    d.simple = true;
-    // Sibling replicas: merged per rank (a sibling on s's own rank folds
-    // into rank_*_after).
-    double sibling_load[8] = {}, sibling_square[8] = {};
-    for (int t = head_[size_t(d.expert)]; t >= 0 && d.simple; t = next_replica_[size_t(t)]) {
-      if (t == s) continue;
-      const int r = rank_of_[size_t(t)];
-      if (r == d.rank) {
-        d.rank_load_after += c_new - c_old;
-        d.rank_square_after += c_new * c_new - c_old * c_old;
-        continue;
-      }
-      int i = 1;
-      while (i < d.num_ranks && d.ranks[i] != r) ++i;
-      if (i == d.num_ranks) {
-        if (d.num_ranks == 8) {
-          d.simple = false;
-          break;
-        }
-        d.ranks[d.num_ranks++] = r;
-      }
-      sibling_load[i] += c_new - c_old;
-      sibling_square[i] += c_new * c_new - c_old * c_old;
+// The donor side of a new-replica move (slot s gives up its expert c): s's
+// rank loses c's replica and c's other replicas get heavier.
+LayerSearch::Donor LayerSearch::make_donor(int s) const {
+  Donor d{};
+  d.slot = s;
+  d.expert = slot_expert_[size_t(s)];
+  d.rank = rank_of_[size_t(s)];
+  const double c_old = expert_weight_[size_t(d.expert)];
+  const double c_new = load_[size_t(d.expert)] / (count_[size_t(d.expert)] - 1);
+  d.rank_load_after = rank_load_[size_t(d.rank)] - c_old;
+  d.rank_square_after = rank_square_[size_t(d.rank)] - c_old * c_old;
+  d.ranks[d.num_ranks++] = d.rank;
+  d.simple = true;
+  // Sibling replicas, merged per rank (a sibling on s's own rank folds into rank_*_after).
+  double sibling_load[8] = {}, sibling_square[8] = {};
+  for (int t = head_[size_t(d.expert)]; t >= 0 && d.simple; t = next_replica_[size_t(t)]) {
+    if (t == s) continue;
+    const int r = rank_of_[size_t(t)];
+    if (r == d.rank) {
+      d.rank_load_after += c_new - c_old;
+      d.rank_square_after += c_new * c_new - c_old * c_old;
+      continue;
     }
-    for (int i = 1; i < d.num_ranks; ++i) {
-      const size_t r = size_t(d.ranks[i]);
-      const double before = rank_score_[r];
-      const double after = score(rank_load_[r] + sibling_load[i], rank_square_[r] + sibling_square[i]);
-      d.sibling_peak = std::max(d.sibling_peak, after);
-      d.sibling_square += before * before - after * after;
-    }
-    donor_cache_.push_back(d);
-  }
-  for (int h : hot) {
-    // The receiving side: every replica of h gets lighter.
-    ++stamp_;
-    const double h_old = expert_weight_[size_t(h)];
-    const double h_new = load_[size_t(h)] / (count_[size_t(h)] + 1);
-    double h_peak = 0, h_square = 0;
-    bool h_simple = true;
-    for (int t = head_[size_t(h)]; t >= 0; t = next_replica_[size_t(t)]) {
-      const int r = rank_of_[size_t(t)];
-      if (rank_stamp_[size_t(r)] == stamp_) h_simple = false;  // two replicas on one rank
-      rank_stamp_[size_t(r)] = stamp_;
-      const double before = rank_score_[size_t(r)];
-      const double after =
-          score(rank_load_[size_t(r)] + h_new - h_old, rank_square_[size_t(r)] + h_new * h_new - h_old * h_old);
-      h_peak = std::max(h_peak, after);
-      h_square += before * before - after * after;
-    }
-    for (const Donor& d : donor_cache_) {
-      if (d.expert == h) continue;
-      bool shared = !h_simple || !d.simple;
-      for (int i = 0; i < d.num_ranks && !shared; ++i) shared = rank_stamp_[size_t(d.ranks[i])] == stamp_;
-      if (shared) {  // the two sides touch one rank: evaluate exactly
-        try_retarget(best, d.slot, h, budget_left, limits);
-        continue;
-      }
-      if (limits.anti_affinity && rank_holds(d.rank, h)) continue;
-      const double rank_before = rank_score_[size_t(d.rank)];
-      const double rank_after = score(d.rank_load_after + h_new, d.rank_square_after + h_new * h_new);
-      double new_max = std::max({h_peak, d.sibling_peak, rank_after});
-      for (int r : order_) {  // the top rank the move does not touch
-        if (rank_stamp_[size_t(r)] == stamp_ || std::find(d.ranks, d.ranks + d.num_ranks, r) != d.ranks + d.num_ranks)
-          continue;
-        new_max = std::max(new_max, rank_score_[size_t(r)]);
+    int i = 1;
+    while (i < d.num_ranks && d.ranks[i] != r) ++i;
+    if (i == d.num_ranks) {
+      if (d.num_ranks == 8) {
+        d.simple = false;
         break;
       }
-      const double gain = current_max_ - new_max;
-      const double square_gain = h_square + d.sibling_square + rank_before * rank_before - rank_after * rank_after;
-      if (!acceptable(gain, square_gain, limits)) continue;
-      consider(best, Candidate{2, d.slot, h, 0, 0, cost_of(d.slot, h)}, gain, square_gain, budget_left);
+      d.ranks[d.num_ranks++] = r;
     }
+    sibling_load[i] += c_new - c_old;
+    sibling_square[i] += c_new * c_new - c_old * c_old;
+  }
+  for (int i = 1; i < d.num_ranks; ++i) {
+    const size_t r = size_t(d.ranks[i]);
+    const double before = rank_score_[r];
+    const double after = score(rank_load_[r] + sibling_load[i], rank_square_[r] + sibling_square[i]);
+    d.sibling_peak = std::max(d.sibling_peak, after);
+    d.sibling_square += before * before - after * after;
+  }
+  return d;
+}
+
+// The receiving side of a new replica of h: every replica of h gets lighter.
+// Stamps h's ranks; `simple` is false when two replicas share a rank.
+LayerSearch::Receiver LayerSearch::make_receiver(int h) {
+  Receiver out{h, expert_weight_[size_t(h)], load_[size_t(h)] / (count_[size_t(h)] + 1), 0, 0, true};
+  ++stamp_;
+  for (int t = head_[size_t(h)]; t >= 0; t = next_replica_[size_t(t)]) {
+    const int r = rank_of_[size_t(t)];
+    if (rank_stamp_[size_t(r)] == stamp_) out.simple = false;
+    rank_stamp_[size_t(r)] = stamp_;
+    const double before = rank_score_[size_t(r)];
+    const double after = score(rank_load_[size_t(r)] + out.weight_after - out.weight_before,
+                               rank_square_[size_t(r)] + out.weight_after * out.weight_after -
+                                   out.weight_before * out.weight_before);
+    out.peak = std::max(out.peak, after);
+    out.square_gain += before * before - after * after;
+  }
+  return out;
+}
+
+// One donor slot receiving a replica of the receiver's expert (ranks of
+// both sides disjoint: the two sides add up; else evaluated exactly).
+void LayerSearch::pair_donor(Candidate& best, const Donor& d, const Receiver& h, int budget_left,
+                             const SearchLimits& limits) {
+  if (d.expert == h.expert) return;
+  bool shared = !h.simple || !d.simple;
+  for (int i = 0; i < d.num_ranks && !shared; ++i) shared = rank_stamp_[size_t(d.ranks[i])] == stamp_;
+  if (shared) {
+    try_retarget(best, d.slot, h.expert, budget_left, limits);
+    return;
+  }
+  if (limits.anti_affinity && rank_holds(d.rank, h.expert)) return;
+  const double rank_before = rank_score_[size_t(d.rank)];
+  const double rank_after = score(d.rank_load_after + h.weight_after, d.rank_square_after + h.weight_after * h.weight_after);
+  double new_max = std::max({h.peak, d.sibling_peak, rank_after});
+  for (int r : order_) {  // the top rank the move does not touch
+    if (rank_stamp_[size_t(r)] == stamp_ || std::find(d.ranks, d.ranks + d.num_ranks, r) != d.ranks + d.num_ranks)
+      continue;
+    new_max = std::max(new_max, rank_score_[size_t(r)]);
+    break;
+  }
+  const double gain = current_max_ - new_max;
+  const double square_gain = h.square_gain + d.sibling_square + rank_before * rank_before - rank_after * rank_after;
+  if (!acceptable(gain, square_gain, limits)) return;
+  consider(best, Candidate{2, d.slot, h.expert, 0, 0, cost_of(d.slot, h.expert)}, gain, square_gain, budget_left);
+}
+
+void LayerSearch::scan_new_replicas(Candidate& best, const std::vector<int>& hot, const std::vector<int>& donors,
+                                    int budget_left, const SearchLimits& limits) {
+  donor_cache_.clear();
+  for (int s : donors) donor_cache_.push_back(make_donor(s));  // once per donor, not per pair
+  for (int h : hot) {
+    const Receiver receiver = make_receiver(h);
+    for (const Donor& d : donor_cache_) pair_donor(best, d, receiver, budget_left, limits);
   }
 }
 
@@ -327,6 +342,9 @@ void LayerSearch::apply(const Candidate& move) {
       rank_square_[r] += come * come - gone * gone;
       rank_score_[r] = score(rank_load_[r], rank_square_[r]);
       slot_weight_[size_t(slot)] = come;
+      // Every expert on this rank has new donor scores (a and b's experts included).
+      const int32_t* on_rank = slot_expert_.data() + r * size_t(per_rank_);
+      for (int i = 0; i < per_rank_; ++i) expert_dirty_[size_t(on_rank[i])] = 1;
     }
   } else if (move.kind == 2) {
     const int s = move.slot, h = move.other, c = slot_expert_[size_t(s)];
@@ -343,88 +361,110 @@ void LayerSearch::apply(const Candidate& move) {
   sort_ranks();
 }
 
+// The coldest experts by load / (count + 1) (ties: lower index): the
+// retarget targets; they change only with the replica counts.
+void LayerSearch::find_cold(size_t keep) {
+  cold_.resize(size_t(experts_));
+  cold_key_.resize(size_t(experts_));
+  std::iota(cold_.begin(), cold_.end(), 0);
+  for (int e = 0; e < experts_; ++e) cold_key_[size_t(e)] = load_[size_t(e)] / (count_[size_t(e)] + 1);
+  std::partial_sort(cold_.begin(), cold_.begin() + ptrdiff_t(keep), cold_.end(), [&](int a, int b) {
+    return cold_key_[size_t(a)] != cold_key_[size_t(b)] ? cold_key_[size_t(a)] < cold_key_[size_t(b)] : a < b;
+  });
+}
+
+// Redundant replicas on the top rank -> the coldest experts.
+void LayerSearch::scan_cold_retargets(Candidate& best, int budget_left, const SearchLimits& limits) {
+  const size_t keep_cold = std::min<size_t>(size_t(std::max(limits.cold_candidates, 0)), size_t(experts_));
+  if (keep_cold == 0) return;
+  if (counts_changed_) find_cold(keep_cold);
+  const int first = order_[0] * per_rank_;
+  for (int i = 0; i < per_rank_; ++i)
+    if (count_[size_t(slot_expert_[size_t(first + i)])] >= 2)
+      for (size_t k = 0; k < keep_cold; ++k) try_retarget(best, first + i, cold_[k], budget_left, limits);
+}
+
+// Each replica t of an expert c with >= 2 replicas, as a donor: the larger
+// of its rank's score without it and the scores c's siblings would reach.
+// Recomputed only for experts marked dirty (one of their ranks changed),
+// or for all after a change of replica counts.
+void LayerSearch::update_donor_scores() {
+  if (counts_changed_) {
+    redundant_.clear();
+    for (int c = 0; c < experts_; ++c)
+      if (count_[size_t(c)] >= 2) redundant_.push_back(c);
+    std::fill(expert_dirty_.begin(), expert_dirty_.end(), 1);
+  }
+  for (int c : redundant_) {
+    if (!expert_dirty_[size_t(c)]) continue;
+    expert_dirty_[size_t(c)] = 0;
+    const double c_old = expert_weight_[size_t(c)], c_new = load_[size_t(c)] / (count_[size_t(c)] - 1);
+    double sibling_peak[2] = {0, 0};  // the two largest sibling scores after
+    int peak_slot = -1;
+    for (int t = head_[size_t(c)]; t >= 0; t = next_replica_[size_t(t)]) {
+      const size_t r = size_t(rank_of_[size_t(t)]);
+      const double v = score(rank_load_[r] + c_new - c_old, rank_square_[r] + c_new * c_new - c_old * c_old);
+      if (v > sibling_peak[0]) {
+        sibling_peak[1] = sibling_peak[0];
+        sibling_peak[0] = v;
+        peak_slot = t;
+      } else if (v > sibling_peak[1]) {
+        sibling_peak[1] = v;
+      }
+    }
+    for (int t = head_[size_t(c)]; t >= 0; t = next_replica_[size_t(t)]) {
+      const size_t r = size_t(rank_of_[size_t(t)]);
+      const double others = t == peak_slot ? sibling_peak[1] : sibling_peak[0];
+      donor_score_[size_t(t)] = std::max(score(rank_load_[r] - c_old, rank_square_[r] - c_old * c_old), others);
+    }
+  }
+}
+
+// The best donor slots: lowest donor score, then lowest slot.
+void LayerSearch::rank_donors(const SearchLimits& limits) {
+  update_donor_scores();
+  donors_.clear();
+  for (int c : redundant_)
+    for (int t = head_[size_t(c)]; t >= 0; t = next_replica_[size_t(t)]) donors_.push_back(t);
+  const size_t keep = std::min<size_t>(size_t(std::max(limits.donor_candidates, 0)), donors_.size());
+  std::partial_sort(donors_.begin(), donors_.begin() + ptrdiff_t(keep), donors_.end(), [&](int a, int b) {
+    return donor_score_[size_t(a)] != donor_score_[size_t(b)] ? donor_score_[size_t(a)] < donor_score_[size_t(b)]
+                                                              : a < b;
+  });
+  donors_.resize(keep);
+}
+
+// The top rank's experts, each once.
+void LayerSearch::collect_hot() {
+  hot_.clear();
+  const int first = order_[0] * per_rank_;
+  for (int i = 0; i < per_rank_; ++i) {
+    const int e = slot_expert_[size_t(first + i)];
+    if (std::find(hot_.begin(), hot_.end(), e) == hot_.end()) hot_.push_back(e);
+  }
+}
+
 int LayerSearch::improve(const SearchLimits& limits) {
   noise_weight_ = std::max(0.0, limits.noise_weight);
-  int moves = 0;
-  std::vector<int> cold, donors, hot;
-  std::vector<double> cold_key, donor_score(static_cast<size_t>(slots_));
-  bool counts_changed = true, redundant_changed = true;
-  std::vector<int> redundant;
   refresh();
+  counts_changed_ = true;
+  int moves = 0;
   for (int iteration = 0; iteration < limits.max_iterations; ++iteration) {
     if (current_max_ <= 0) break;
     const int budget_left = limits.budget_slots == INT_MAX ? INT_MAX : limits.budget_slots - changed_;
-    const int heavy = order_[0];
-    const int first = heavy * per_rank_;
     Candidate best;
     // Swaps of the top rank's slots with the lowest-scoring ranks' slots.
     scan_swaps(best, std::min(limits.swap_partner_ranks, ranks_ - 1), budget_left, limits);
     if (limits.allow_retarget && budget_left > 0) {
-      // Redundant replicas on the top rank -> the coldest experts.
-      const size_t keep_cold = std::min<size_t>(size_t(std::max(limits.cold_candidates, 0)), size_t(experts_));
-      if (keep_cold > 0) {
-        if (counts_changed) {  // the coldest experts change only with the replica counts
-          cold.resize(size_t(experts_));
-          cold_key.resize(size_t(experts_));
-          std::iota(cold.begin(), cold.end(), 0);
-          for (int e = 0; e < experts_; ++e) cold_key[size_t(e)] = load_[size_t(e)] / (count_[size_t(e)] + 1);
-          std::partial_sort(cold.begin(), cold.begin() + keep_cold, cold.end(), [&](int a, int b) {
-            return cold_key[size_t(a)] != cold_key[size_t(b)] ? cold_key[size_t(a)] < cold_key[size_t(b)] : a < b;
-          });
-          counts_changed = false;
-        }
-        for (int i = 0; i < per_rank_; ++i)
-          if (count_[size_t(slot_expert_[size_t(first + i)])] >= 2)
-            for (size_t k = 0; k < keep_cold; ++k) try_retarget(best, first + i, cold[k], budget_left, limits);
-      }
-      // New replicas of the top rank's experts, in the best donor slots:
-      // replicas of experts with >= 2 replicas, ranked by the larger of their
-      // rank's score without them and the scores their siblings would reach.
-      if (redundant_changed) {  // experts with >= 2 replicas change only with the counts
-        redundant.clear();
-        for (int c = 0; c < experts_; ++c)
-          if (count_[size_t(c)] >= 2) redundant.push_back(c);
-        redundant_changed = false;
-      }
-      donors.clear();
-      for (int c : redundant) {
-        const double c_old = expert_weight_[size_t(c)], c_new = load_[size_t(c)] / (count_[size_t(c)] - 1);
-        double sibling_peak[2] = {0, 0};  // the two largest sibling scores after
-        int peak_slot = -1;
-        for (int t = head_[size_t(c)]; t >= 0; t = next_replica_[size_t(t)]) {
-          const size_t r = size_t(rank_of_[size_t(t)]);
-          const double v = score(rank_load_[r] + c_new - c_old, rank_square_[r] + c_new * c_new - c_old * c_old);
-          if (v > sibling_peak[0]) {
-            sibling_peak[1] = sibling_peak[0];
-            sibling_peak[0] = v;
-            peak_slot = t;
-          } else if (v > sibling_peak[1]) {
-            sibling_peak[1] = v;
-          }
-        }
-        for (int t = head_[size_t(c)]; t >= 0; t = next_replica_[size_t(t)]) {
-          const size_t r = size_t(rank_of_[size_t(t)]);
-          const double others = t == peak_slot ? sibling_peak[1] : sibling_peak[0];
-          donor_score[size_t(t)] = std::max(score(rank_load_[r] - c_old, rank_square_[r] - c_old * c_old), others);
-          donors.push_back(t);
-        }
-      }
-      const size_t keep_donors = std::min<size_t>(size_t(std::max(limits.donor_candidates, 0)), donors.size());
-      std::partial_sort(donors.begin(), donors.begin() + keep_donors, donors.end(), [&](int a, int b) {
-        return donor_score[size_t(a)] != donor_score[size_t(b)] ? donor_score[size_t(a)] < donor_score[size_t(b)]
-                                                                : a < b;
-      });
-      donors.resize(keep_donors);
-      hot.clear();
-      for (int i = 0; i < per_rank_; ++i) {
-        const int e = slot_expert_[size_t(first + i)];
-        if (std::find(hot.begin(), hot.end(), e) == hot.end()) hot.push_back(e);
-      }
-      scan_new_replicas(best, hot, donors, budget_left, limits);
+      scan_cold_retargets(best, budget_left, limits);
+      // New replicas of the top rank's experts in the best donor slots.
+      rank_donors(limits);
+      collect_hot();
+      scan_new_replicas(best, hot_, donors_, budget_left, limits);
+      counts_changed_ = false;
     }
     if (best.kind == 0) break;
-    counts_changed |= best.kind == 2;
-    redundant_changed |= best.kind == 2;
+    counts_changed_ |= best.kind == 2;
     apply(best);
     ++moves;
   }

@@ -75,6 +75,13 @@ class LayerSearch {
     int num_ranks;
     bool simple;            // those ranks are distinct and few enough for the fast path
   };
+  struct Receiver {
+    int expert;
+    double weight_before, weight_after;  // load / count of each replica, before and after
+    double peak;                         // largest score of a rank holding it, after
+    double square_gain;                  // drop of the sum of squared scores over those ranks
+    bool simple;                         // its replicas are on distinct ranks
+  };
 
   double weight(int expert) const { return load_[size_t(expert)] / count_[size_t(expert)]; }
   double score(double load, double square) const;
@@ -88,9 +95,18 @@ class LayerSearch {
   void consider(Candidate& best, Candidate candidate, double gain, double square_gain, int budget_left) const;
   void scan_swaps(Candidate& best, int partners, int budget_left, const SearchLimits& limits);
   void try_retarget(Candidate& best, int slot, int expert, int budget_left, const SearchLimits& limits);
+  Donor make_donor(int slot) const;
+  Receiver make_receiver(int expert);
+  void pair_donor(Candidate& best, const Donor& donor, const Receiver& receiver, int budget_left,
+                  const SearchLimits& limits);
   void scan_new_replicas(Candidate& best, const std::vector<int>& hot, const std::vector<int>& donors,
                          int budget_left, const SearchLimits& limits);
   void apply(const Candidate& move);
+  void find_cold(size_t keep);
+  void scan_cold_retargets(Candidate& best, int budget_left, const SearchLimits& limits);
+  void update_donor_scores();
+  void rank_donors(const SearchLimits& limits);
+  void collect_hot();
 
   std::span<const double> load_;
   int experts_, slots_, ranks_, per_rank_;
@@ -107,6 +123,11 @@ class LayerSearch {
   int stamp_ = 0;
   int changed_ = 0;
   double current_max_ = 0;
+  // improve()'s candidates, kept between iterations.
+  bool counts_changed_ = true;  // replica counts changed since the last scan
+  std::vector<int> cold_, redundant_, donors_, hot_;
+  std::vector<double> cold_key_, donor_score_;
+  std::vector<char> expert_dirty_;  // [E] donor scores to recompute (a rank holding it changed)
   std::vector<Donor> donor_cache_;
   std::vector<int> affected_rank_;
   std::vector<double> affected_load_, affected_square_;

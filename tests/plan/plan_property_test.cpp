@@ -123,8 +123,9 @@ TEST(PlanChecker, RejectsCorruptedPlans) {
   int corrupted = 0;
   for (int r = 0; r < topology.num_ranks; ++r) {
     for (size_t i = 0; i < plan->ranks[size_t(r)].slots.size(); ++i) {
-      LayerPlan broken = *plan;
-      SlotOp& op = broken.ranks[size_t(r)].slots[i];
+      LayerPlan broken = *plan;  // a copy: its views point into its own storage
+      SlotOp& op = broken.slot_storage[size_t(r * topology.slots_per_rank()) + i];
+      ASSERT_EQ(&broken.ranks[size_t(r)].slots[i], &op);
       if (op.action == SlotAction::RemoteRead) {
         op.source_slot = (op.source_slot + 1) % topology.num_slots;  // wrong row
       } else if (op.action == SlotAction::Keep) {
@@ -137,7 +138,8 @@ TEST(PlanChecker, RejectsCorruptedPlans) {
     }
     if (!plan->ranks[size_t(r)].reads.empty()) {
       LayerPlan broken = *plan;
-      broken.ranks[size_t(r)].reads.pop_back();
+      auto& reads = broken.ranks[size_t(r)].reads;
+      reads = reads.first(reads.size() - 1);
       EXPECT_NE(check_plan(broken, old_layer, new_layer, topology), "");
     }
   }

@@ -69,8 +69,11 @@ inline LoadMatrix zipf_load(int layers, int experts, uint64_t seed) {
   return load;
 }
 
-// The published algorithm, transcribed as literally as possible.
-struct NaiveDeepSeek {
+// The published algorithm, transcribed as literally as possible. PackLoad
+// is the type pack loads accumulate in: float as published; double shows
+// what a float64-accumulating port (numpy, vLLM style) does differently.
+template <class PackLoad = float>
+struct NaiveDeepSeekWith {
   static void pack(const std::vector<float>& weight, int packs, std::vector<int>& pack_of, std::vector<int>& position) {
     const int n = int(weight.size()), per_pack = n / packs;
     pack_of.assign(size_t(n), -1);
@@ -83,7 +86,7 @@ struct NaiveDeepSeek {
     std::vector<int> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return weight[a] > weight[b]; });
-    std::vector<float> load(size_t(packs), 0.0f);
+    std::vector<PackLoad> load(size_t(packs), PackLoad(0));
     std::vector<int> filled(size_t(packs), 0);
     for (int item : order) {
       int best = -1;
@@ -91,7 +94,7 @@ struct NaiveDeepSeek {
         if (filled[p] < per_pack && (best < 0 || load[p] < load[best])) best = p;
       pack_of[item] = best;
       position[item] = filled[best]++;
-      load[best] += weight[item];
+      load[best] += PackLoad(weight[item]);
     }
   }
 
@@ -161,5 +164,7 @@ struct NaiveDeepSeek {
         log2phy[(size_t(l) * E + phy2log[size_t(l) * R + s]) * width + slot_rank[size_t(l) * R + s]] = s;
   }
 };
+
+using NaiveDeepSeek = NaiveDeepSeekWith<float>;
 
 }  // namespace eplb::testing_support

@@ -180,6 +180,28 @@ TEST(DeepSeek, EdgeShapes) {
   }
 }
 
+// Integer loads up to 2^24 take a shorter sort (deepseek_keys.h); larger
+// integers, one fraction among integers, -0 and huge values take the float
+// sort. Each must match the naive transcription.
+TEST(DeepSeek, BothSortPathsMatchNaive) {
+  std::mt19937_64 rng(21);
+  const Topology topology{6, 256, 288, 8, 4, 32};
+  std::uniform_int_distribution<int64_t> tokens(0, int64_t(1) << 30);
+  for (double scale : {1.0, 1e-3, 64.0}) {
+    LoadMatrix load(topology.num_layers, topology.num_experts);
+    for (double& v : load.values) v = double(tokens(rng) % (int64_t(1) << 20)) * scale;
+    load.at(0, 3) = 16777216.0;         // 2^24: still the integer path
+    load.at(1, 7) = 16777217.0;         // not a float32 integer: rounds, float path
+    load.at(2, 9) = 0.5;                // one fraction
+    load.at(3, 11) = -0.0;              // orders as +0
+    load.at(4, 13) = 3e38;              // near FLT_MAX
+    load.at(5, 0) = double(1u << 31);   // beyond int32
+    auto placement = deepseek_placement(load, topology, 2);
+    ASSERT_TRUE(placement.is_ok()) << placement.status().to_string();
+    expect_matches_naive(*placement, load, topology);
+  }
+}
+
 TEST(DeepSeek, DeepSeekV3ShapeMatchesNaiveAndBalances) {
   Topology topology = topology_preset("deepseek-v3").value();
   LoadMatrix load = testing_support::zipf_load(topology.num_layers, topology.num_experts, 3);

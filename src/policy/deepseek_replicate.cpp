@@ -1,0 +1,104 @@
+// deepseek_replicate.cpp - DeepSeek's replication, interleaved over a batch
+// of nodes, and each node's packing order.
+#include "deepseek_replicate.h"
+
+#include <algorithm>
+
+namespace eplb::deepseek_detail {
+
+namespace {
+
+template <int kLeaves>
+void replicate_interleaved(BatchReplicator::State* states, int num_jobs, int num_experts, int num_physical,
+                           int run_leaves) {
+  const int leaves = kLeaves > 0 ? kLeaves : run_leaves;
+  for (int p = num_experts; p < num_physical; ++p)
+    for (int b = 0; b < num_jobs; ++b) {  // independent chains, interleaved
+      BatchReplicator::State& st = states[b];
+      const BatchReplicator::Job& job = st.job;
+      const uint64_t head = st.prefix < num_experts ? job.sorted[st.prefix] : kNever;
+      int32_t expert, leaf;
+      if (head < st.tree[1]) {  // the hottest expert has no extra replica yet
+        expert = index_of(head);
+        leaf = st.prefix++;
+        st.leaf_of[expert] = leaf;
+      } else {
+        expert = index_of(st.tree[1]);
+        leaf = st.leaf_of[expert];
+      }
+      const int32_t count = ++job.count[expert];
+      job.phy2expert[p] = expert;
+      job.replica_rank[p] = count - 1;
+      update_path<kLeaves>(st.tree, leaves, leaf, descending_key(job.weight[expert] / float(count), expert));
+    }
+}
+
+}  // namespace
+
+void BatchReplicator::run(const Job* jobs, int num_jobs, int num_experts, int num_physical) {
+  const int extras = num_physical - num_experts;
+  const int leaves = leaves_for(std::max(1, std::min(num_experts, extras)));
+  tree_.assign(size_t(2 * leaves) * size_t(num_jobs), kNever);
+  leaf_of_.resize(size_t(num_experts) * size_t(num_jobs));
+  states_.resize(size_t(num_jobs));
+  for (int b = 0; b < num_jobs; ++b) {
+    const Job& job = jobs[b];
+    for (int j = 0; j < num_experts; ++j) {
+      job.phy2expert[j] = j;
+      job.replica_rank[j] = 0;
+      job.count[j] = 1;
+    }
+    states_[size_t(b)] = {job, tree_.data() + size_t(2 * leaves) * size_t(b),
+                          leaf_of_.data() + size_t(num_experts) * size_t(b), 0};
+  }
+  if (extras > 0)
+    dispatch_leaves(leaves, [&](auto fixed) {
+      replicate_interleaved<decltype(fixed)::value>(states_.data(), num_jobs, num_experts, num_physical, leaves);
+    });
+  replicated_.resize(size_t(num_physical + 1) * size_t(num_jobs));
+  for (int b = 0; b < num_jobs; ++b) {
+    collect_replicated(states_[size_t(b)], b, num_experts, num_physical);
+    merge(states_[size_t(b)], b, num_experts, num_physical);
+  }
+}
+
+// Every replica of a replicated expert carries float32(weight / count);
+// they are sorted here (a few keys, then kNever as a sentinel) and merged
+// with the unreplicated suffix of `sorted`, which keeps its keys (weight / 1
+// is exact, replica index == expert index).
+void BatchReplicator::collect_replicated(State& state, int b, int num_experts, int num_physical) {
+  const Job& job = state.job;
+  uint64_t* out = replicated_.data() + size_t(num_physical + 1) * size_t(b);
+  // In ascending replica index (first copies, then the extras), which
+  // sort_keys needs to break ties by index.
+  int n = 0;
+  if (state.prefix > 0)
+    for (int expert = 0; expert < num_experts; ++expert)
+      if (job.count[expert] > 1) out[n++] = descending_key(job.weight[expert] / float(job.count[expert]), expert);
+  for (int p = num_experts; p < num_physical; ++p) {
+    const int32_t expert = job.phy2expert[p];
+    out[n++] = descending_key(job.weight[expert] / float(job.count[expert]), p);
+  }
+  sort_keys(out, n, spare_);
+  out[n] = kNever;
+}
+
+// Merges the sorted replicated keys (ending in the kNever sentinel) with
+// the unreplicated suffix of `sorted`; the choice is a conditional move.
+// Reads job.sorted[num_experts] once the suffix is exhausted: the caller's
+// buffer holds one key more.
+void BatchReplicator::merge(const State& state, int b, int num_experts, int num_physical) {
+  const uint64_t* replicated = replicated_.data() + size_t(num_physical + 1) * size_t(b);
+  const uint64_t* sorted = state.job.sorted;
+  uint64_t* out = state.job.packing_order;
+  int i = 0, j = state.prefix;
+  for (int k = 0; k < num_physical; ++k) {
+    const uint64_t a = replicated[i], suffix = sorted[j];
+    const bool take_a = (j == num_experts) | (a < suffix);
+    out[k] = take_a ? a : suffix;
+    i += take_a;
+    j += !take_a;
+  }
+}
+
+}  // namespace eplb::deepseek_detail

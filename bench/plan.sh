@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Planner speed on a DeepSeek-V3-shaped change (58 layers, 256 experts, 288
-# slots, 32 ranks, 4 nodes): plan_migration against the 1 ms target, and the
-# ratio to the bare diff of the two mappings (placement's slots_changed)
-# measured in the same run.
+# slots, 32 ranks, 4 nodes): plan_migration against the 0.3 ms target
+# (fastest repetition, as issue 16 measures it), and the ratio to the bare
+# diff of the two mappings (placement's slots_changed) measured in the same run.
 # Usage: bench/plan.sh [BUILD_DIR] (default build/); REPETITIONS=N (default 10).
 # Times are CPU time per call (the plan built and destroyed); "min" is the
 # fastest repetition, "median" the median one.
@@ -46,14 +46,14 @@ echo "$csv" | awk -F, '
       m = cpu["BM_PlanMigration", kind, "min"]; med = cpu["BM_PlanMigration", kind, "median"]
       d = cpu["BM_SlotsChanged", kind, "min"]
       printf "%-8s %9.0f %9.0f %8s %10.2f %12.1f %10.1f %7d %6d %7d %7d %9d %11d\n", \
-        kind, m, med, "1000", m / 1000.0, d, (d > 0 ? m / d : 0), kept[kind], local[kind], intra[kind], \
+        kind, m, med, "300", m / 300.0, d, (d > 0 ? m / d : 0), kept[kind], local[kind], intra[kind], \
         inter[kind], req[kind], desc[kind]
     }
     printf "\nplan_migration without freeing the returned plan (min): random %.0f us, similar %.0f us\n", \
       cpu["BM_PlanMigrationBuildOnly", "random", "min"], cpu["BM_PlanMigrationBuildOnly", "similar", "min"]
     printf "plan_layer (one layer, planner set up per call): random %.1f us, similar %.1f us (min)\n", \
       cpu["BM_PlanLayer", "random", "min"], cpu["BM_PlanLayer", "similar", "min"]
-    verdict = (cpu["BM_PlanMigration", "random", "min"] < 1000 && cpu["BM_PlanMigration", "similar", "min"] < 1000) \
+    verdict = (cpu["BM_PlanMigration", "random", "min"] <= 300 && cpu["BM_PlanMigration", "similar", "min"] <= 300) \
       ? "met" : "NOT met"
-    printf "target < 1000 us per whole change: %s\n", verdict
+    printf "target <= 300 us per whole change (min): %s\n", verdict
   }'

@@ -22,7 +22,10 @@ def free_port() -> int:
 
 
 def _main(rank: int, world: int, port: int, out: str, target, args) -> None:
+    import faulthandler
     import torch.distributed as dist
+
+    faulthandler.enable()  # a crash in the extension shows its Python stack
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

@@ -98,6 +98,9 @@ Status check_layouts_agree(const std::vector<std::string>& encoded_layouts);
 struct TensorMemory {
   uint8_t* address = nullptr;
   uint64_t row_stride = 0;  // 0: rows are packed (stride = bytes per expert)
+  // The rows lie inside memory the Migrator's agent allocated
+  // (Agent::allocate_memory), registered already: regions() leaves them out.
+  bool registered = false;
 };
 
 class ExpertStore {
@@ -145,7 +148,7 @@ class ExpertStore {
   void forget_checksums(int layer);
 
   // The memory to register with the xfer Agent (live memory + staging),
-  // without an arena the agent allocated (registered already).
+  // without an arena or adopted tensors the agent allocated (registered already).
   std::vector<xfer::MemoryRegion> regions() const;
   // True when the arena was allocated (and registered) by the agent.
   bool arena_from_agent() const { return agent_region_ != 0; }
@@ -239,6 +242,12 @@ class Migrator {
   // switches layer by layer as layers commit. report.status says how the
   // round ended.
   RoundReport migrate(Placement& current, const Placement& target);
+
+  // The number of logical experts the placements of the next migrate()
+  // calls have (the store and the memory maps do not depend on it; an
+  // engine whose expert count is only known from its placements sets it
+  // before each round). InvalidArgument when the topology would be invalid.
+  Status set_num_experts(int num_experts);
 
   const MigrateOptions& options() const { return options_; }
   MigrateOptions& options() { return options_; }

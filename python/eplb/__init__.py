@@ -1,6 +1,6 @@
 """eplb: expert-parallel load balancing for Mixture-of-Experts models, from Python.
 
-The placement half of eplb's C++ library (docs/python.md):
+eplb's C++ library from Python (docs/python.md):
 
     import eplb
     phy2log, log2phy, logcnt = eplb.rebalance_experts(weight, num_replicas=288, num_groups=8,
@@ -13,13 +13,20 @@ The placement half of eplb's C++ library (docs/python.md):
 - read_load, read_load_trace, read_placement: eplb's files.
 - eplb.vllm: vLLM's EplbPolicy contract and registry; eplb.sglang: SGLang's algorithm entry and
   recorder dumps; eplb.plot: pictures (python3 -m eplb.plot).
-- eplb.Error (a ValueError) for every bad input, with the library's message.
+- Migrator: moves an engine's own expert tensors between ranks over torch.distributed (or eplb's
+  bootstraps: ProcessGroup.from_env), verified, layer by layer; empty / empty_like: tensors in
+  transfer-layer memory (the zero-copy path).
+- eplb.Error (a ValueError) for every bad input, with the library's message; LayoutError,
+  MigrationError (TimeoutError, PeerLostError) for migrations.
 
 numpy is required; torch is optional (torch in, torch out; numpy or lists in, numpy out).
 """
 from eplb._eplb import __version__
 from eplb.balance import Balancedness, balancedness, rank_loads
-from eplb.errors import Error
+from eplb.errors import Error, LayoutError, MigrationError, PeerLostError, TimeoutError
+from eplb.group import ProcessGroup
+from eplb.memory import empty, empty_like
+from eplb.migrator import Migrator
 from eplb.files import read_load, read_load_trace, read_placement
 from eplb.maps import compute_logical_maps
 from eplb.plan import plan_migration
@@ -29,5 +36,6 @@ from eplb import plot, sglang, vllm  # noqa: E402  (adapters; heavy imports stay
 __all__ = [
     "__version__", "Error", "rebalance_experts", "policies", "compute_logical_maps", "balancedness",
     "Balancedness", "rank_loads", "plan_migration", "read_load", "read_load_trace", "read_placement",
-    "plot", "sglang", "vllm",
+    "plot", "sglang", "vllm", "Migrator", "ProcessGroup", "empty", "empty_like", "LayoutError", "MigrationError",
+    "TimeoutError", "PeerLostError",
 ]

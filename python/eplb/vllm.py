@@ -12,6 +12,8 @@ vLLM's numpy port may order equal loads differently). Subclasses do the
 same with eplb's other policies; `make_policy` binds options. `register()`
 adds them to vLLM's `EPLB_POLICIES` when vllm is importable. Bad input
 raises eplb.Error (a ValueError) where vLLM would assert.
+`EplbCommunicator` is vLLM's EPLB communicator contract over eplb's transfer agent
+(eplb/communicator.py).
 torch is needed to call these (vLLM has it); importing this module is not.
 """
 import importlib
@@ -19,9 +21,10 @@ import importlib
 from eplb import _arrays, _eplb
 from eplb.errors import Error
 from eplb.policy import policies, rebalance_experts
+from eplb.communicator import EplbCommunicator
 
 __all__ = ["EplbPolicy", "RelabelEplbPolicy", "IncrementalEplbPolicy", "BalancedEplbPolicy", "make_policy",
-           "register", "preserve_intragpu_slots", "REGISTRY_NAMES"]
+           "register", "preserve_intragpu_slots", "REGISTRY_NAMES", "EplbCommunicator"]
 
 _REGISTRY_MODULE = "vllm.distributed.eplb.policy"
 

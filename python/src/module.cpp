@@ -15,4 +15,8 @@ PYBIND11_MODULE(_eplb, module) {
   eplb::python::bind_metrics(module);
   eplb::python::bind_plan(module);
   eplb::python::bind_files(module);
+  eplb::python::bind_group(module);
+  eplb::python::bind_agent(module);
+  eplb::python::bind_xfer(module);
+  eplb::python::bind_migrate(module);
 }

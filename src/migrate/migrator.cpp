@@ -123,8 +123,9 @@ Status check_map(const RankMap& map, int rank, const Topology& topology, const S
   return Status::ok();
 }
 
+// Loads a peer's metadata; for a peer the agent knows already (an earlier
+// Migrator on the same agents) this adds the regions it registered since.
 Status load_peer(xfer::Agent& agent, const RankMap& map, int rank) {
-  if (agent.knows_peer(map.agent_name)) return Status::ok();
   std::span<const uint8_t> metadata(reinterpret_cast<const uint8_t*>(map.metadata.data()), map.metadata.size());
   auto name = agent.load_metadata(metadata);
   if (!name) return name.status().with_context(fmt::format("loading the transfer metadata of rank {}", rank));
@@ -158,6 +159,14 @@ Status adopt_maps(Migrator::State& state, const std::vector<std::string>& gather
 Migrator::~Migrator() {
   if (state_ && state_->agent)
     for (auto region : state_->regions) (void)state_->agent->deregister_memory(region);
+}
+
+Status Migrator::set_num_experts(int num_experts) {
+  Topology changed = state_->topology;
+  changed.num_experts = num_experts;
+  EPLB_TRY(changed.validate().with_context("migrate: setting the number of logical experts"));
+  state_->topology = changed;
+  return Status::ok();
 }
 
 Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, xfer::Agent& agent, ExpertStore& store,

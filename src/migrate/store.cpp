@@ -185,6 +185,7 @@ std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
   } else {
     for (size_t l = 0; l < memory_.size(); ++l)
       for (size_t t = 0; t < memory_[l].size(); ++t) {
+        if (memory_[l][t].registered) continue;
         uint64_t span = memory_[l][t].row_stride * uint64_t(layout_.slots_per_rank - 1) +
                         layout_.layers[l][t].bytes_per_expert;
         regions.push_back({memory_[l][t].address, span, xfer::MemoryKind::Host, 0});

@@ -137,6 +137,17 @@ TEST(ExpertStore, AdoptsEngineBuffersWithStride) {
   ASSERT_FALSE(narrow);
   EXPECT_NE(narrow.status().message().find("row stride"), std::string::npos);
   EXPECT_FALSE(ExpertStore::adopt(layout, 2, memory));  // not a multiple of the slots per rank
+
+  // Buffers the agent allocated are registered already: not listed again.
+  auto allocated = memory;
+  allocated[0][1].registered = true;
+  allocated[1][0].registered = true;
+  auto adopted = ExpertStore::adopt(layout, 3, allocated);
+  ASSERT_TRUE(adopted) << adopted.status().to_string();
+  auto regions = (*adopted)->regions();
+  ASSERT_EQ(regions.size(), 3u);  // two engine buffers + staging
+  EXPECT_EQ(regions[0].address, buffers[0].data());
+  EXPECT_EQ(regions[1].address, buffers[3].data());
 }
 
 }  // namespace

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Migration bandwidth through the Python API (eplb.Migrator) next to `eplb run` and memcpy, in one run.
+
+Shape: 4 ranks on one node, 8 layers, 16 experts in 16 slots (4 per rank), 8 MiB experts as two
+tensors (float32 gate_up 2/3, bfloat16 down 1/3), UCX shared memory. Each Python round moves every
+expert to the next rank (every byte read intra-node) and back the next round. Measured, each with
+its rounds' median and spread:
+- Python, plain heap tensors (UCX 1.13 emulates RMA on registered heap memory);
+- Python, eplb.empty tensors (agent-allocated shared memory: the zero-copy path);
+- `eplb run` on the same shape (its policy decides what moves; GB/s = bytes moved / round time);
+- single-thread memcpy of 8 MiB rows (bench/memcpy_bench when built, else numpy), same bytes.
+GB/s of a Python round = whole-group bytes moved / the slowest rank's migration time.
+Goals (issue 14): Python within 10% of the CLI; eplb.empty >= 0.5 of memcpy.
+
+Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--cli build/eplb]   (the eplb package
+installed, e.g. in .venv: .venv/bin/python bench/python_migrate.py). Wrap it in flock /work/.cpu.lock.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RANKS, LAYERS, EXPERTS, EXPERT_BYTES = 4, 8, 16, 8 << 20
+SLOTS = EXPERTS // RANKS
+
+
+def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    import eplb
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=RANKS)
+    home = np.tile(np.arange(EXPERTS), (LAYERS, 1))
+    moved = np.roll(home, SLOTS, axis=1)  # every expert to the next rank
+    results = {}
+    for kind in ("plain", "empty"):
+        new = eplb.empty if kind == "empty" else torch.empty
+        extra = {"transport": "shm"} if kind == "empty" else {}
+        weights = [[new((SLOTS, EXPERT_BYTES * 2 // 3 // 4), dtype=torch.float32, **extra),
+                    new((SLOTS, (EXPERT_BYTES - EXPERT_BYTES * 2 // 3 // 4 * 4) // 2), dtype=torch.bfloat16, **extra)]
+                   for _ in range(LAYERS)]
+        for layer in weights:
+            for tensor in layer:
+                tensor.view(torch.uint8).fill_(rank + 1)
+        migrator = eplb.Migrator(weights, transport="shm", timeout=60)
+        speeds, placement = [], home
+        for _ in range(rounds):
+            target = moved if placement is home else home
+            report = migrator.migrate(placement, target)
+            placement = target
+            speeds.append(report["totals"]["bytes_moved"] / report["slowest_rank_seconds"] / 1e9)
+        results[kind] = {"gbps": speeds, "bytes": report["totals"]["bytes_moved"]}
+        del migrator, weights
+    if rank == 0:
+        Path(out).write_text(json.dumps(results))
+    dist.barrier()
+    os._exit(0)
+
+
+def python_rounds(rounds: int) -> dict:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory(dir=ROOT / "build-python") as scratch:
+        out = os.path.join(scratch, "python.json")
+        context = mp.start_processes(rank_main, args=(port, rounds, out), nprocs=RANKS, join=False,
+                                     start_method="spawn")
+        for process in context.processes:
+            process.join(600)
+            if process.is_alive():
+                process.kill()
+                sys.exit("a rank did not finish within 600 s")
+        return json.loads(Path(out).read_text())
+
+
+def cli_rounds(cli: str, rounds: int) -> list:
+    with tempfile.TemporaryDirectory(dir=ROOT / "build-python") as scratch:
+        report = os.path.join(scratch, "run.json")
+        subprocess.run([cli, "run", "--ranks", str(RANKS), "--nodes", "1", "--layers", str(LAYERS), "--experts",
+                        str(EXPERTS), "--replicas", str(EXPERTS), "--groups", "1", "--bytes-per-expert", "8MiB",
+                        "--rounds", str(rounds), "--transport", "shm", "--json", report],
+                       check=True, capture_output=True, timeout=600)
+        data = json.loads(Path(report).read_text())
+    return [r["bytes_moved"] / r["seconds"] / 1e9 for r in data["rounds"] if r["bytes_moved"] and r["seconds"] > 0]
+
+
+def memcpy_rounds(nbytes: int, rounds: int) -> list:
+    bench = ROOT / "build" / "bench" / "memcpy_bench"
+    if bench.exists():
+        speeds = []
+        for _ in range(rounds):
+            out = subprocess.run([str(bench), f"--bytes={nbytes}", f"--row={EXPERT_BYTES}", "--benchmark_format=json",
+                                  "--benchmark_min_time=0.2"], capture_output=True, text=True, check=True).stdout
+            speeds.append(json.loads(out)["benchmarks"][0]["bytes_per_second"] / 1e9)
+        return speeds
+    import numpy as np
+
+    source, target = np.ones(nbytes // RANKS, np.uint8), np.empty(nbytes // RANKS, np.uint8)
+    speeds = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for row in range(0, len(source), EXPERT_BYTES):
+            np.copyto(target[row:row + EXPERT_BYTES], source[row:row + EXPERT_BYTES])
+        speeds.append(len(source) / (time.perf_counter() - started) / 1e9)
+    return speeds
+
+
+def row(name: str, speeds: list, peers: dict) -> str:
+    median = statistics.median(speeds)
+    ratios = "  ".join(f"{median / statistics.median(peer):6.2f}" for peer in peers.values())
+    return f"{name:<28} {median:8.2f} {min(speeds):8.2f} {max(speeds):8.2f} {len(speeds):6d}  {ratios}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per measurement (default 5)")
+    parser.add_argument("--cli", default=str(ROOT / "build" / "eplb"), help="the eplb CLI (default build/eplb)")
+    arguments = parser.parse_args()
+    python = python_rounds(arguments.rounds)
+    cli = cli_rounds(arguments.cli, arguments.rounds)
+    memcpy = memcpy_rounds(python["plain"]["bytes"], arguments.rounds)
+    peers = {"vs eplb run": cli, "vs memcpy": memcpy}
+    print(f"{RANKS} ranks, 1 node, {LAYERS} layers, {EXPERTS} experts in {EXPERTS} slots, 8 MiB experts, UCX shm; "
+          f"Python rounds move {python['plain']['bytes'] / 2**30:.2f} GiB each")
+    print(f"{'path':<28} {'median':>8} {'min':>8} {'max':>8} {'rounds':>6}  {'/ eplb run':>6}  {'/ memcpy':>6}")
+    print(row("Python, plain heap tensors", python["plain"]["gbps"], peers))
+    print(row("Python, eplb.empty tensors", python["empty"]["gbps"], peers))
+    print(row("eplb run (CLI)", cli, peers))
+    print(row("memcpy, one thread", memcpy, peers))
+    print("GB/s = 1e9 bytes per second; goals: Python within 10% of eplb run, eplb.empty >= 0.5 of memcpy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""eplb.ProcessGroup: the collectives the migration engine needs, over torch.distributed or eplb's bootstraps.
+
+Contract:
+- `ProcessGroup.from_torch(group=None)`: an engine's own torch.distributed group (gloo, CPU) carries
+  every collective: one allgather of bytes per collective (two gloo all_gathers: lengths, then
+  padded bytes). eplb's deadline bounds each one, whatever gloo's own timeout: every rank first
+  checks in under a key of the group's store, the gloo work is waited for with the time left, and
+  on a failure the ranks that never checked in are named. A closed connection (a rank died) raises
+  eplb.Error with code "remote disconnect", a deadline "timeout"; the group is unusable afterwards.
+- `ProcessGroup.from_env(timeout=30)`: eplb's own bootstraps, for scripts without torch.distributed:
+  the local launcher's environment (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR) or mpirun's.
+- `rank`, `size`, `backend`, `allgather(data, timeout)`, `barrier(timeout)`; collectives are called
+  in the same order on every rank.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+import zlib
+
+from eplb import _eplb
+from eplb.errors import Error
+
+__all__ = ["ProcessGroup"]
+
+
+class ProcessGroup:
+    """The ranks of one migration and their collectives (see the module's docstring)."""
+
+    def __init__(self, native):
+        self._native = native
+
+    @classmethod
+    def from_torch(cls, group=None) -> "ProcessGroup":
+        """Wraps a torch.distributed group that works on CPU tensors (gloo); None: the default group."""
+        exchange = _TorchExchange(group)
+        return cls(_eplb.python_group(exchange, exchange.rank, exchange.size, "torch.distributed"))
+
+    @classmethod
+    def from_env(cls, timeout: float = 30.0) -> "ProcessGroup":
+        """Forms the group of ranks started by eplb's local launcher or by mpirun (eplb.Error otherwise)."""
+        if timeout <= 0:
+            raise Error(f"timeout must be > 0 seconds, got {timeout}")
+        if _eplb.launched_by_mpirun():
+            return cls(_eplb.mpi_group(float(timeout)))
+        return cls(_eplb.local_group_from_env(float(timeout)))
+
+    @property
+    def rank(self) -> int:
+        return self._native.rank
+
+    @property
+    def size(self) -> int:
+        return self._native.size
+
+    @property
+    def backend(self) -> str:
+        return self._native.backend
+
+    def allgather(self, data: bytes, timeout: float) -> list[bytes]:
+        """Every rank contributes `data`; returns every rank's, indexed by rank."""
+        return self._native.allgather(bytes(data), float(timeout))
+
+    def barrier(self, timeout: float) -> None:
+        self._native.barrier(float(timeout))
+
+    def __repr__(self) -> str:
+        return f"eplb.ProcessGroup(rank={self.rank}, size={self.size}, backend={self.backend!r})"
+
+
+_instances = itertools.count()
+# Check-in keys are counters (Store.add): the collective's code, 0 before a rank checks in.
+_KINDS = {"allgather": 1, "barrier": 2, "vote": 3}
+_KIND_NAMES = {code: name for name, code in _KINDS.items()}
+
+
+class _TorchExchange:
+    """exchange(kind, data, timeout) -> list[bytes] over a gloo group, bounded by eplb's deadline."""
+
+    def __init__(self, group):
+        import torch
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise Error("eplb.ProcessGroup.from_torch: torch.distributed is not initialized "
+                        "(call torch.distributed.init_process_group first, or use ProcessGroup.from_env)")
+        self._torch, self._dist = torch, dist
+        self._group = group if group is not None else dist.group.WORLD
+        backend = dist.get_backend(self._group)
+        if backend != "gloo":
+            raise Error(f"eplb.ProcessGroup.from_torch: the group's backend is {backend!r}; eplb's collectives "
+                        "carry CPU bytes and need a gloo group (vLLM's cpu_group, or dist.new_group(backend='gloo'))")
+        self.rank = dist.get_rank(self._group)
+        self.size = dist.get_world_size(self._group)
+        self._store = dist.distributed_c10d._get_default_store()
+        members = sorted(dist.distributed_c10d._pg_group_ranks[self._group].keys())
+        self._prefix = f"eplb/{zlib.crc32(repr(members).encode()):08x}/{next(_instances)}"
+        self._sequence = 0
+        self._broken = ""
+
+    def __call__(self, kind: str, data: bytes, timeout: float) -> list[bytes]:
+        if self._broken:
+            raise Error(f"torch.distributed group unusable since {self._broken}", "remote disconnect")
+        started = time.monotonic()
+        deadline = started + timeout
+        number = self._sequence
+        self._sequence += 1
+        key = f"{self._prefix}/{number}"
+        what = f"{kind} #{number} of the torch.distributed group (rank {self.rank} of {self.size})"
+        try:
+            self._store.add(f"{key}/{self.rank}", _KINDS[kind])
+            if number >= 2:
+                self._store.delete_key(f"{self._prefix}/{number - 2}/{self.rank}")
+        except RuntimeError as failure:
+            self._broken = f"its store failed in the {what}"
+            raise Error(f"{what}: the group's store (on rank 0's host) is unreachable: {failure}",
+                        "remote disconnect") from None
+        try:
+            return self._gather(data, deadline)
+        except RuntimeError as failure:
+            raise self._diagnose(what, key, kind, started, deadline, str(failure)) from None
+
+    def _gather(self, data: bytes, deadline: float) -> list[bytes]:
+        torch, dist = self._torch, self._dist
+        length = torch.tensor([len(data)], dtype=torch.int64)
+        lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
+        self._wait(dist.all_gather(lengths, length, group=self._group, async_op=True), deadline)
+        sizes = [int(item.item()) for item in lengths]
+        padded = max(max(sizes), 1)
+        mine = torch.zeros(padded, dtype=torch.uint8)
+        if data:
+            mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        gathered = [torch.empty(padded, dtype=torch.uint8) for _ in range(self.size)]
+        self._wait(dist.all_gather(gathered, mine, group=self._group, async_op=True), deadline)
+        return [gathered[r][:sizes[r]].numpy().tobytes() for r in range(self.size)]
+
+    def _wait(self, work, deadline: float) -> None:
+        import datetime
+
+        left = max(deadline - time.monotonic(), 0.001)
+        work.wait(timeout=datetime.timedelta(seconds=left))
+
+    def _diagnose(self, what: str, key: str, kind: str, started: float, deadline: float, failure: str) -> Error:
+        """The error for a failed gloo collective: which ranks never checked in, and why it failed."""
+        elapsed = time.monotonic() - started
+        timed_out = time.monotonic() >= deadline - 0.01 or "timed out" in failure.lower()
+        # A rank that is alive checks in at once; give the slow ones a moment (within the deadline).
+        grace_end = min(deadline, time.monotonic() + 1.0)
+        absent, other_kind = self._check_ins(key, kind)
+        while absent and time.monotonic() < grace_end:
+            time.sleep(0.02)
+            absent, other_kind = self._check_ins(key, kind)
+        self._broken = f"the {what} failed"
+        if absent is None:
+            return Error(f"{what} failed after {elapsed:.2f} s and the group's store is unreachable: rank 0 lost "
+                         f"({failure.strip()})", "remote disconnect")
+        names = ", ".join(str(r) for r in absent)
+        if other_kind:
+            return Error(f"{what}: rank {other_kind[0][0]} is in a {other_kind[0][1]} instead", "mismatch")
+        if timed_out:
+            who = f"ranks {names} did not join it" if len(absent) > 1 else (
+                f"rank {names} did not join it" if absent else "every rank joined it, but it did not complete")
+            return Error(f"{what} not answered within {elapsed:.1f} s: {who} ({failure.strip()})", "timeout")
+        who = (f"rank {names} lost: it never joined" if absent
+               else "a rank's connection closed during it (every rank had joined)")
+        return Error(f"{what} failed after {elapsed:.2f} s: {who} ({failure.strip()})", "remote disconnect")
+
+    def _check_ins(self, key: str, kind: str):
+        """(ranks that have not checked in, [(rank, kind)] of ranks in another collective)."""
+        absent, other_kind = [], []
+        for r in range(self.size):
+            try:
+                theirs = self._store.add(f"{key}/{r}", 0)  # a counter: 0 until rank r checks in
+            except RuntimeError:
+                return None, []  # the store itself is gone (it lives in rank 0's process)
+            if theirs == 0:
+                absent.append(r)
+            elif theirs != _KINDS[kind]:
+                other_kind.append((r, _KIND_NAMES.get(theirs, f"collective of code {theirs}")))
+        return absent, other_kind

@@ -1,0 +1,167 @@
+// Migration of engine-owned tensors: eplb.Migrator's engine. The Python
+// layer (eplb/migrator.py) has checked the tensors (CPU, contiguous, same
+// layout on every rank) and passes their addresses; this file adopts them
+// in an ExpertStore, sets up the C++ Migrator (collective) and runs rounds
+// with the GIL released. The group's Python collectives and the per-layer
+// callback take the GIL back when they run.
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "bindings.h"
+#include "convert.h"
+#include "eplb/migrate.h"
+#include "group.h"
+
+namespace eplb::python {
+namespace {
+
+// One adopted tensor of one layer: its rows and whether the agent allocated them.
+struct TensorArgument {
+  std::string name;
+  uintptr_t address = 0;
+  uint64_t bytes_per_expert = 0;
+  bool allocated_by_agent = false;
+};
+
+py::dict layer_dict(const LayerReport& layer) {
+  py::dict item;
+  item["layer"] = layer.layer;
+  item["bytes_kept"] = layer.bytes_kept;
+  item["bytes_local"] = layer.bytes_local;
+  item["bytes_intra_node"] = layer.bytes_intra_node;
+  item["bytes_inter_node"] = layer.bytes_inter_node;
+  item["bytes_read_here"] = layer.bytes_read_here;
+  item["seconds"] = layer.seconds;
+  item["retries"] = layer.retries;
+  item["changed"] = layer.changed;
+  item["committed"] = layer.committed;
+  item["failure"] = layer.failure;
+  return item;
+}
+
+class Migration {
+ public:
+  Migration(std::shared_ptr<ProcessGroup> group, std::shared_ptr<AgentHandle> agent,
+            const std::vector<std::vector<TensorArgument>>& layers, int slots_per_rank, int num_nodes,
+            double timeout_seconds, int retries, py::object on_layer)
+      : group_(std::move(group)), agent_(std::move(agent)), on_layer_(std::move(on_layer)), timeout_(timeout_seconds) {
+    StoreLayout layout;
+    layout.slots_per_rank = slots_per_rank;
+    std::vector<std::vector<TensorMemory>> memory;
+    for (const auto& layer : layers) {
+      layout.layers.emplace_back();
+      memory.emplace_back();
+      for (const auto& tensor : layer) {
+        layout.layers.back().push_back({tensor.name, tensor.bytes_per_expert});
+        memory.back().push_back({reinterpret_cast<uint8_t*>(tensor.address), 0, tensor.allocated_by_agent});
+      }
+    }
+    store_ = value_or_throw(ExpertStore::adopt(layout, group_->rank() * slots_per_rank, std::move(memory)));
+    topology_ = Topology{layout.num_layers(), 1, slots_per_rank * group_->size(), 1, num_nodes, group_->size()};
+    throw_if_error(topology_.validate());
+    // A collective waits for the slowest rank's transfers (up to the
+    // timeout) plus its own time (up to the timeout again).
+    options_.timeout_seconds = timeout_seconds;
+    options_.collective_timeout_seconds = 2 * timeout_seconds;
+    options_.retries = retries;
+    options_.on_layer_done = [this](const LayerReport& layer) { call_on_layer(layer); };
+    UseOfAgent use(*agent_);
+    auto created = [&] {
+      py::gil_scoped_release release;
+      return Migrator::create(*group_, agent_->agent(), *store_, topology_, options_,
+                              Deadline::after_seconds(timeout_seconds));
+    }();
+    migrator_ = value_or_throw(std::move(created));
+  }
+
+  ~Migration() {
+    py::gil_scoped_release release;  // the group's destructor takes it back
+    migrator_.reset();
+    store_.reset();
+  }
+
+  // One round; returns (status code name, message, per-layer dicts, seconds, retries).
+  py::tuple migrate(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int num_experts) {
+    Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
+    Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
+    throw_if_error(migrator_->set_num_experts(num_experts));
+    store_->forget_checksums();  // the engine may have rewritten its weights since the last round
+    RoundReport report;
+    {
+      UseOfAgent use(*agent_);
+      py::gil_scoped_release release;
+      report = migrator_->migrate(current, target);
+    }
+    rethrow_callback_failure();
+    py::list layers;
+    for (const auto& layer : report.layers) layers.append(layer_dict(layer));
+    return py::make_tuple(std::string(code_name(report.status.code())), report.status.message(), layers,
+                          report.seconds, report.retries());
+  }
+
+  // Collective: do all ranks hold the same mapping after a round?
+  py::tuple agree(const IndexArray& phy2log, int num_experts, double seconds, const std::string& check_failure) {
+    Placement placement = placement_from_array(phy2log, num_experts, "phy2log");
+    RankOutcome mine{seconds, mapping_hash(placement), check_failure};
+    Result<RoundAgreement> agreement = [&] {
+      py::gil_scoped_release release;
+      return agree_on_round(*group_, mine, Deadline::after_seconds(timeout_));
+    }();
+    RoundAgreement agreed = value_or_throw(std::move(agreement));
+    return py::make_tuple(agreed.agreed, agreed.failure, agreed.slowest_seconds);
+  }
+
+ private:
+  struct UseOfAgent {
+    explicit UseOfAgent(AgentHandle& handle) : handle(handle) { handle.begin_use(); }
+    ~UseOfAgent() { handle.end_use(); }
+    AgentHandle& handle;
+  };
+
+  void call_on_layer(const LayerReport& layer) {
+    if (on_layer_.is_none()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      on_layer_(layer_dict(layer));
+    } catch (py::error_already_set& failure) {
+      if (!callback_failure_) callback_failure_.emplace(std::move(failure));
+    }
+  }
+  void rethrow_callback_failure() {
+    if (!callback_failure_) return;
+    py::error_already_set failure = std::move(*callback_failure_);
+    callback_failure_.reset();
+    throw failure;
+  }
+
+  std::shared_ptr<ProcessGroup> group_;
+  std::shared_ptr<AgentHandle> agent_;
+  std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<Migrator> migrator_;
+  Topology topology_;
+  MigrateOptions options_;
+  py::object on_layer_;
+  double timeout_;
+  std::optional<py::error_already_set> callback_failure_;
+};
+
+}  // namespace
+
+void bind_migrate(py::module_& module) {
+  py::class_<TensorArgument>(module, "TensorArgument")
+      .def(py::init([](std::string name, uintptr_t address, uint64_t bytes_per_expert, bool allocated_by_agent) {
+             return TensorArgument{std::move(name), address, bytes_per_expert, allocated_by_agent};
+           }),
+           py::arg("name"), py::arg("address"), py::arg("bytes_per_expert"), py::arg("allocated_by_agent"));
+  py::class_<Migration>(module, "Migration")
+      .def(py::init<std::shared_ptr<ProcessGroup>, std::shared_ptr<AgentHandle>,
+                    const std::vector<std::vector<TensorArgument>>&, int, int, double, int, py::object>(),
+           py::arg("group"), py::arg("agent"), py::arg("layers"), py::arg("slots_per_rank"), py::arg("num_nodes"),
+           py::arg("timeout"), py::arg("retries"), py::arg("on_layer"))
+      .def("migrate", &Migration::migrate, py::arg("old_phy2log"), py::arg("new_phy2log"), py::arg("num_experts"))
+      .def("agree", &Migration::agree, py::arg("phy2log"), py::arg("num_experts"), py::arg("seconds"),
+           py::arg("check_failure"));
+}
+
+}  // namespace eplb::python

@@ -1,0 +1,177 @@
+"""What each rank of the eplb.Migrator tests runs (in processes spawned by spawned.run_ranks).
+
+Expert content is derived from (expert, layer, tensor, position), so every rank knows what every
+slot must hold under any placement. Every layer has two tensors of different dtypes and shapes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import torch
+
+import eplb
+
+# (world, layers, local slots, logical experts): the issue's six shapes.
+SHAPES = [(2, 1, 2, 3), (2, 2, 3, 4), (2, 4, 8, 16), (4, 1, 2, 6), (4, 2, 2, 5), (4, 8, 8, 16)]
+TENSORS = [((16, 32), torch.float32), ((3, 8), torch.bfloat16)]  # per-expert shape, dtype
+
+
+def expert_bytes(expert: int, layer: int, tensor: int, nbytes: int) -> np.ndarray:
+    return np.random.default_rng([expert, layer, tensor]).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+def make_weights(layers: int, slots: int, allocate: str):
+    new = eplb.empty if allocate == "empty" else torch.empty
+    return [[new((slots, *shape), dtype=dtype) for shape, dtype in TENSORS] for _ in range(layers)]
+
+
+def fill(weights, phy2log, rank: int) -> None:
+    for l, layer in enumerate(weights):
+        for t, tensor in enumerate(layer):
+            rows = tensor.view(tensor.shape[0], -1).view(torch.uint8)
+            for i in range(tensor.shape[0]):
+                expert = int(phy2log[l][rank * tensor.shape[0] + i])
+                rows[i] = torch.from_numpy(expert_bytes(expert, l, t, rows.shape[1]))
+
+
+def mismatches(weights, phy2log, rank: int) -> list[str]:
+    """Every (layer, slot, tensor) whose bytes are not its expert's under phy2log."""
+    wrong = []
+    for l, layer in enumerate(weights):
+        for t, tensor in enumerate(layer):
+            rows = tensor.view(tensor.shape[0], -1).view(torch.uint8).numpy()
+            for i in range(tensor.shape[0]):
+                slot = rank * tensor.shape[0] + i
+                if not np.array_equal(rows[i], expert_bytes(int(phy2log[l][slot]), l, t, rows.shape[1])):
+                    wrong.append(f"layer {l} slot {slot} tensor {t}")
+    return wrong
+
+
+def random_placement(rng, layers: int, slots: int, experts: int) -> np.ndarray:
+    """[layers][slots] with every expert at least once and random replicas."""
+    rows = []
+    for _ in range(layers):
+        row = np.concatenate([rng.permutation(experts), rng.integers(0, experts, slots - experts)])
+        rows.append(rng.permutation(row))
+    return np.array(rows, dtype=np.int64)
+
+
+def shapes_round_trip(rank: int, world: int) -> list[dict]:
+    """Every shape of this world size, over plain and eplb.empty tensors: byte-exact after migrate."""
+    results = []
+    for case, (size, layers, slots, experts) in enumerate(SHAPES):
+        if size != world:
+            continue
+        rng = np.random.default_rng(case)
+        old = random_placement(rng, layers, slots * world, experts)
+        new = random_placement(rng, layers, slots * world, experts)
+        for allocate in ("plain", "empty"):
+            weights = make_weights(layers, slots, allocate)
+            fill(weights, old, rank)
+            migrator = eplb.Migrator(weights, timeout=20)
+            report = migrator.migrate(old, new)
+            results.append({"shape": [size, layers, slots, experts], "allocate": allocate,
+                            "wrong": mismatches(weights, new, rank), "verified": report["verified"],
+                            "paths": sorted({item["path"] for item in report["layers"]}),
+                            "committed": report["totals"]["layers_committed"],
+                            "moved": report["totals"]["bytes_moved"]})
+    return results
+
+
+def no_change(rank: int, world: int) -> dict:
+    layers, slots, experts = 2, 3, 4
+    placement = random_placement(np.random.default_rng(7), layers, slots * world, experts)
+    weights = make_weights(layers, slots, "plain")
+    fill(weights, placement, rank)
+    report = eplb.Migrator(weights, timeout=20).migrate(placement, placement)
+    return {"moved": report["totals"]["bytes_moved"], "changed": [item["changed"] for item in report["layers"]],
+            "wrong": mismatches(weights, placement, rank)}
+
+
+def layout_mismatch(rank: int, world: int) -> dict:
+    """The last rank's second tensor of layer 1 is one column short; a CUDA-free local problem on rank 0 too."""
+    layers, slots = 2, 2
+    weights = make_weights(layers, slots, "plain")
+    if rank == world - 1:
+        weights[1][1] = torch.zeros((slots, 3, 7), dtype=torch.bfloat16)
+    before = [t.clone() for layer in weights for t in layer]
+    try:
+        eplb.Migrator(weights, timeout=20)
+        outcome = {"raised": None}
+    except eplb.LayoutError as failure:
+        outcome = {"raised": str(failure)}
+    outcome["untouched"] = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                               for a, b in zip(before, [t for layer in weights for t in layer]))
+    strided = [[torch.zeros((4, slots), dtype=torch.float32).t()]]
+    try:
+        eplb.Migrator(strided, timeout=20)
+        outcome["strided"] = None
+    except eplb.LayoutError as failure:
+        outcome["strided"] = str(failure)
+    return outcome
+
+
+def faults(rank: int, world: int, spec: str, timeout: float, retries: int) -> dict:
+    """A round under injected faults: committed, or aborted with each layer wholly old or wholly new."""
+    layers, slots, experts = 4, 4, 4 * world - 2
+    rng = np.random.default_rng(11)
+    old = random_placement(rng, layers, slots * world, experts)
+    new = random_placement(rng, layers, slots * world, experts)
+    weights = make_weights(layers, slots, "plain")
+    fill(weights, old, rank)
+    migrator = eplb.Migrator(weights, timeout=timeout, retries=retries, inject=f"{spec},seed={rank + 3}")
+    outcome = {"error": None, "committed": list(range(layers))}
+    try:
+        report = migrator.migrate(old, new)
+        outcome["retries"] = report["totals"]["retries"]
+        outcome["failures"] = [item["failure"] for item in report["layers"] if item["failure"]][:1]
+    except eplb.MigrationError as failure:
+        outcome.update(error=str(failure), type=type(failure).__name__, layer=failure.layer,
+                       committed=failure.committed_layers, operation=failure.operation, state=failure.state)
+    expected = np.where(np.isin(np.arange(layers), outcome["committed"])[:, None], new, old)
+    outcome["wrong"] = mismatches(weights, expected, rank)
+    return outcome
+
+
+def killed_rank(rank: int, world: int, victim: int) -> dict:
+    """The victim dies (SIGKILL) after layer 0; the others must raise PeerLostError naming it."""
+    layers, slots, experts = 4, 2, world
+    rng = np.random.default_rng(5)
+    old = random_placement(rng, layers, slots * world, experts)
+    new = random_placement(rng, layers, slots * world, experts)
+    weights = make_weights(layers, slots, "plain")
+    fill(weights, old, rank)
+
+    def on_layer(layer_report):
+        if rank == victim and layer_report["layer"] == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    timeout = 8.0
+    migrator = eplb.Migrator(weights, timeout=timeout, on_layer=on_layer)
+    import time
+    started = time.monotonic()
+    try:
+        migrator.migrate(old, new)
+        return {"error": None}
+    except eplb.MigrationError as failure:
+        return {"error": str(failure), "type": type(failure).__name__, "peer": failure.peer,
+                "seconds": time.monotonic() - started, "timeout": timeout, "committed": failure.committed_layers,
+                "layer": failure.layer, "operation": failure.operation}
+
+
+# (name, fault spec, timeout, retries): retried to success, or aborted on every rank.
+FAULTS = [("err retried", "err=0.3", 10.0, 12), ("corrupt retried", "corrupt=0.3", 10.0, 12),
+          ("stall retried", "stall=0.25", 1.0, 12), ("err aborted", "err=1.0", 10.0, 1)]
+
+
+def suite(rank: int, world: int, fault_names: list[str]) -> dict:
+    """Several cases on one spawned group (spawning is the slow part)."""
+    results = {"shapes": shapes_round_trip(rank, world)}
+    if world == 2:
+        results["no_change"] = no_change(rank, world)
+        results["layout"] = layout_mismatch(rank, world)
+    results["faults"] = {name: faults(rank, world, spec, timeout, retries)
+                         for name, spec, timeout, retries in FAULTS if name in fault_names}
+    return results

@@ -1,0 +1,67 @@
+"""Running a function on N spawned ranks of a gloo group on 127.0.0.1 (for the migration tests).
+
+run_ranks(world, target, *args) starts `world` processes with torch.multiprocessing (spawn), each
+forming a torch.distributed gloo group on a free port of 127.0.0.1 and calling target(rank, world,
+*args). Each rank returns a JSON-able value (written to a file in a directory of the test's
+tmp_path); run_ranks joins every process with a timeout (killing and failing on overrun) and
+returns the values by rank, or the rank's exit code when it did not return.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import traceback
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _main(rank: int, world: int, port: int, out: str, target, args) -> None:
+    import faulthandler
+    import torch.distributed as dist
+
+    faulthandler.enable()  # a crash in the extension shows its Python stack
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        value = {"ok": target(rank, world, *args)}
+    except BaseException as failure:  # reported to the test, which fails with it
+        value = {"error": f"{type(failure).__name__}: {failure}", "traceback": traceback.format_exc()}
+    Path(out, f"rank{rank}.json").write_text(json.dumps(value))
+    # Leave without tearing the group down: a lost peer makes gloo's destructor wait.
+    os._exit(0)
+
+
+def run_ranks(tmp_path: Path, world: int, target, *args, timeout: float = 120.0) -> list:
+    import torch.multiprocessing as mp
+
+    out = tmp_path / f"ranks-{target.__name__}"
+    out.mkdir()
+    context = mp.start_processes(_main, args=(world, free_port(), str(out), target, args), nprocs=world,
+                                 join=False, start_method="spawn")
+    overran = []
+    for rank, process in enumerate(context.processes):
+        process.join(timeout)
+        if process.is_alive():
+            overran.append(rank)
+    for rank in overran:
+        context.processes[rank].kill()
+        context.processes[rank].join(10)
+    assert not overran, f"ranks {overran} did not finish within {timeout} s"
+    results = []
+    for rank, process in enumerate(context.processes):
+        path = out / f"rank{rank}.json"
+        if not path.exists():
+            results.append(process.exitcode)
+            continue
+        value = json.loads(path.read_text())
+        assert "error" in value or "ok" in value
+        if "error" in value:
+            raise AssertionError(f"rank {rank} failed: {value['traceback']}")
+        results.append(value["ok"])
+    return results

@@ -1,0 +1,89 @@
+"""eplb.Migrator over torch.distributed (gloo on 127.0.0.1), 2, 3 and 4 spawned ranks.
+
+The six shapes of the issue over plain and eplb.empty tensors (byte-exact afterwards), no change,
+a layout mismatch refused on every rank, injected faults (retried or aborted consistently: every
+layer wholly old or wholly new), and a rank killed mid-migration (PeerLostError naming it within
+the deadline). One spawned group runs many cases: spawning torch processes is the slow part.
+"""
+import pytest
+
+import migration_cases as cases
+from spawned import run_ranks
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    names = [name for name, *_ in cases.FAULTS]
+    return run_ranks(tmp_path_factory.mktemp("two"), 2, cases.suite, names)
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    return run_ranks(tmp_path_factory.mktemp("four"), 4, cases.suite, ["err aborted"])
+
+
+def check_shapes(ranks, world):
+    expected = [shape for shape in cases.SHAPES if shape[0] == world]
+    for rank, result in enumerate(ranks):
+        done = result["shapes"]
+        assert [(tuple(item["shape"]), item["allocate"]) for item in done] == \
+            [(shape, allocate) for shape in expected for allocate in ("plain", "empty")]
+        for item in done:
+            assert item["wrong"] == [], f"rank {rank} {item}"
+            assert item["verified"] is True
+            assert item["moved"] > 0 and item["committed"] == item["shape"][1]
+            path = "agent memory (zero-copy)" if item["allocate"] == "empty" else "heap memory (registered in place)"
+            assert item["paths"] == [path]
+
+
+def test_two_ranks_every_shape_is_byte_exact(two_ranks):
+    check_shapes(two_ranks, 2)
+
+
+def test_four_ranks_every_shape_is_byte_exact(four_ranks):
+    check_shapes(four_ranks, 4)
+
+
+def test_no_change_moves_nothing(two_ranks):
+    for result in two_ranks:
+        assert result["no_change"] == {"moved": 0, "changed": [False, False], "wrong": []}
+
+
+def test_layout_mismatch_is_refused_on_every_rank(two_ranks):
+    for result in two_ranks:
+        layout = result["layout"]
+        assert layout["untouched"]
+        assert layout["raised"].startswith("nbytes_per_expert mismatch: rank 1 has layer 1 tensor 1 of 42 B")
+        assert "rank 0 has 48 B" in layout["raised"] and "bfloat16 [3, 7]" in layout["raised"]
+        assert "rank 0 cannot migrate" in layout["strided"] and "not contiguous" in layout["strided"]
+
+
+@pytest.mark.parametrize("name", ["err retried", "corrupt retried", "stall retried"])
+def test_faults_are_retried_to_a_verified_round(two_ranks, name):
+    outcomes = [result["faults"][name] for result in two_ranks]
+    for outcome in outcomes:
+        assert outcome["error"] is None, outcome
+        assert outcome["wrong"] == []
+    assert max(outcome["retries"] for outcome in outcomes) > 0  # the faults did fire
+
+
+@pytest.mark.parametrize("ranks", ["two_ranks", "four_ranks"])
+def test_unrecoverable_faults_abort_consistently(request, ranks):
+    outcomes = [result["faults"]["err aborted"] for result in request.getfixturevalue(ranks)]
+    for outcome in outcomes:
+        assert outcome["type"] == "MigrationError" and outcome["error"].startswith("layer 0 aborted after 2 attempt")
+        assert outcome["committed"] == [] and outcome["layer"] == 0
+        assert outcome["wrong"] == []  # every layer still wholly old
+    assert len({outcome["error"] for outcome in outcomes}) == 1  # the same explanation everywhere
+
+
+def test_killed_rank_is_named_by_the_others_within_the_deadline(tmp_path):
+    victim = 1
+    results = run_ranks(tmp_path, 3, cases.killed_rank, victim)
+    assert results[victim] != 0 and not isinstance(results[victim], dict)  # it died (no result)
+    for rank in (0, 2):
+        outcome = results[rank]
+        assert outcome["type"] == "PeerLostError", outcome
+        assert outcome["peer"] == victim and f"rank {victim} lost" in outcome["error"]
+        assert outcome["seconds"] < outcome["timeout"]
+        assert outcome["committed"] == [0] and outcome["layer"] == 1

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "options.h"
 #include "common/text.h"
 #include "eplb/common.h"
 #include "eplb/evaluate.h"
@@ -35,6 +36,7 @@ struct EvaluateArgs {
   int threads = 1;
   std::string json;
   bool quiet = false;
+  std::string max_input_bytes;
 };
 
 Result<Topology> topology_for(const EvaluateArgs& args, const LoadTrace& trace) {
@@ -166,7 +168,8 @@ Status write_json(const EvaluateArgs& args, const Topology& topology, const Eval
 }
 
 Status run_evaluate(const EvaluateArgs& args) {
-  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, read_load_trace(args.trace));
+  EPLB_ASSIGN_OR_RETURN(uint64_t max_input_bytes, parse_max_input_bytes(args.max_input_bytes));
+  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, read_load_trace(args.trace, max_input_bytes));
   EPLB_ASSIGN_OR_RETURN(Topology topology, topology_for(args, trace));
   EPLB_ASSIGN_OR_RETURN(EvaluateOptions options, evaluate_options(args));
   std::vector<std::string> names;
@@ -232,6 +235,7 @@ void add_evaluate(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   command->add_option("--json", args->json, "Also write the raw per-window numbers to this JSON file");
   command->add_flag("--quiet", args->quiet, "No progress lines on stderr");
+  add_max_input_bytes(*command, args->max_input_bytes);
   command->callback([args] { set_command_result(run_evaluate(*args)); });
 }
 

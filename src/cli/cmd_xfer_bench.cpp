@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "command.h"
+#include "options.h"
 #include "common/bytes.h"
 #include "common/text.h"
 #include "eplb/common.h"
@@ -164,6 +165,8 @@ Status check_options(const BenchOptions& options) {
     return error(Code::InvalidArgument,
                  "--target-cpu pins the forked target; with --listen/--peer use --cpu on each side");
   EPLB_TRY(check_cpu(options.target_cpu, "--target-cpu"));  // applied by the target itself
+  EPLB_TRY(check_duration(options.timeout_seconds, "--timeout"));
+  EPLB_TRY(check_duration(options.listen_timeout_seconds, "--listen-timeout"));
   return Status::ok();
 }
 
@@ -279,12 +282,11 @@ void add_target_options(CLI::App& command, BenchOptions& options) {
   command.add_option("--peer", options.peer, "HOST:PORT of a target started with --listen (default: fork one)");
   command.add_option("--listen", options.listen_port, "serve as the target for one --peer on this TCP port");
   command.add_option("--listen-timeout", options.listen_timeout_seconds,
-                     "seconds --listen waits for its --peer to connect")
-      ->check(CLI::PositiveNumber)
+                     "seconds (at most 86400) --listen waits for its --peer to connect")
       ->capture_default_str();
   command.add_option("--timeout", options.timeout_seconds,
-                     "deadline in seconds for each request, and for each message between initiator and target")
-      ->check(CLI::PositiveNumber)
+                     "deadline in seconds (at most 86400) for each request, and for each message between initiator\n"
+                     "and target")
       ->capture_default_str();
 }
 

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/text.h"
-
+#include "options.h"
 
 namespace eplb::cli {
 namespace {
@@ -44,7 +44,7 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
                              : args.transport == "tcp" ? kTcpTransports
                                                        : "";
   options.agent.fault_spec = args.inject;
-  if (args.timeout < 0) return error(Code::InvalidArgument, "--timeout must be >= 0 (0: automatic)");
+  EPLB_TRY(check_duration(args.timeout, "--timeout", true));
   if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");
   options.migrate.timeout_seconds = args.timeout;
   options.migrate.retries = args.retries;
@@ -53,6 +53,7 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
 
 Status set_load(const RunArgs& args, RunOptions& options) {
   options.trace_path = args.trace;
+  EPLB_ASSIGN_OR_RETURN(options.max_input_bytes, parse_max_input_bytes(args.max_input_bytes));
   if (args.dist == "zipf")
     options.generate.distribution = LoadDistribution::Zipf;
   else if (args.dist == "lognormal")
@@ -100,6 +101,7 @@ void add_load_options(CLI::App& run, RunArgs& args) {
   run.add_option("--seed", args.seed, "seed of the generated trace")->capture_default_str();
   run.add_option("--window", args.window, "trace steps per round (summed into the round's load)")->capture_default_str();
   run.add_option("--threads", args.threads, "threads for the placement policy")->capture_default_str();
+  add_max_input_bytes(run, args.max_input_bytes);
 }
 
 void add_transfer_options(CLI::App& run, RunArgs& args) {
@@ -111,7 +113,8 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
                  "local (this command starts --ranks processes) or mpi (each process started by mpirun is a rank)")
       ->capture_default_str();
   run.add_option("--timeout", args.timeout,
-                 "seconds one layer's transfers may take (0: automatic, 5 s + 1 s per 256 MiB read by a rank)")
+                 "seconds one layer's transfers may take, at most 86400 (0: automatic, 5 s + 1 s per 256 MiB read by\n"
+                 "a rank)")
       ->capture_default_str();
   run.add_option("--retries", args.retries, "extra attempts of a failed layer before the round stops")
       ->capture_default_str();

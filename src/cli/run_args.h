@@ -34,6 +34,7 @@ struct RunArgs {
   std::string inject;
   std::string json;
   int threads = 1;
+  std::string max_input_bytes;
   // Which options the user gave (they override a preset / the group size).
   CLI::Option* ranks_option = nullptr;
   CLI::Option* nodes_option = nullptr;

@@ -111,7 +111,13 @@ TEST(XferBenchCli, BadOptionsAreRefusedWithTheReason) {
       {"--batch 0", "--batch must be 1..65536"},
       {"--peer nocolon", "--peer must be HOST:PORT"},
       {"--target-poll-ms 0", "--target-poll-ms: Value 0 not in range 1 to 1000"},
-      {"--timeout 0", "--timeout: Value 0 not in range"},
+      // Issue 17 row 8: every duration finite, > 0 and at most a day.
+      {"--timeout 0", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout inf", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout nan", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout 1e10", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout -1", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--listen-timeout 1e300", "--listen-timeout must be a number of seconds in (0, 86400]"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arguments);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/text.h"
+#include "eplb/bootstrap.h"
 #include "options.h"
 
 namespace eplb::cli {
@@ -43,6 +44,11 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
   options.agent.transports = args.transport == "shm" ? kSharedMemoryTransports
                              : args.transport == "tcp" ? kTcpTransports
                                                        : "";
+  // TCP listens on the devices UCX is told to use: this machine's loopback
+  // when the local launcher starts every rank here, UCX's choice (every
+  // interface) under mpirun unless --net-devices or UCX_NET_DEVICES says.
+  const bool local = args.bootstrap == "local" && !launched_by_mpirun();
+  if (args.transport == "tcp") options.agent.net_devices = !args.net_devices.empty() ? args.net_devices : local ? "lo" : "";
   options.agent.fault_spec = args.inject;
   EPLB_TRY(check_duration(args.timeout, "--timeout", true));
   if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");
@@ -109,6 +115,10 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
                  "shm (UCX over shared memory: posix,sysv,cma,self), tcp (UCX over TCP: tcp,self) or loopback (all\n"
                  "ranks as threads of this process, in-process copies). A UCX_TLS set in the environment wins")
       ->capture_default_str();
+  run.add_option("--net-devices", args.net_devices,
+                 "with --transport tcp: the network devices UCX uses and listens on, in UCX_NET_DEVICES syntax (e.g.\n"
+                 "lo, eth0, mlx5_0:1); default lo with the local launcher (every rank on this machine), every\n"
+                 "interface under mpirun. A UCX_NET_DEVICES in the environment wins; the report names the devices");
   run.add_option("--bootstrap", args.bootstrap,
                  "local (this command starts --ranks processes) or mpi (each process started by mpirun is a rank)")
       ->capture_default_str();

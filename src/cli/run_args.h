@@ -29,6 +29,7 @@ struct RunArgs {
   int window = 20;
   std::string transport = "shm";
   std::string bootstrap = "local";
+  std::string net_devices;
   double timeout = 0;
   int retries = 2;
   std::string inject;

@@ -127,6 +127,20 @@ TEST_F(RunHardening, ReportReplacesTheOldOneWholeAndStreamsEveryRound) {
   EXPECT_EQ(entries(dir_, "r.json.tmp"), std::set<std::string>{});
 }
 
+// Row 7: TCP uses the devices UCX is told (lo with the local launcher), and
+// the report says which.
+TEST_F(RunHardening, TcpRunNamesItsNetworkDevices) {
+  const std::string json = file("tcp.json");
+  BoundedRun tcp = run(" --transport tcp --ranks 2 --nodes 1 --rounds 1" + kSmall + " --json " + json);
+  ASSERT_EQ(tcp.exit_code, 0) << tcp.output;
+  EXPECT_NE(tcp.output.find("UCX_NET_DEVICES=lo (AgentConfig)"), std::string::npos) << tcp.output;
+  auto report = nlohmann::json::parse(eplb::testing_support::slurp(json), nullptr, false);
+  EXPECT_NE(report["transports"].get<std::string>().find("UCX_NET_DEVICES=lo"), std::string::npos) << report.dump(1);
+  BoundedRun chosen = run(" --transport tcp --net-devices nosuchdevice0 --ranks 2 --nodes 1 --rounds 1" + kSmall, 60);
+  EXPECT_NE(chosen.exit_code, 0) << chosen.output;
+  EXPECT_NE(chosen.output.find("nosuchdevice0"), std::string::npos) << chosen.output;
+}
+
 TEST_F(RunHardening, CtrlCExits130WithRanksStoppedAndFilesRemoved) {
   const auto before = entries("/tmp", "eplb-");
   // A run slow enough to be interrupted mid-way: 50 ms per transfer.

@@ -131,7 +131,9 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
   run.add_option("--inject", args.inject,
                  "fault spec for the faulty transfer backend, e.g. err=0.01,stall=0.005,corrupt=0.005,delay_ms=5,\n"
                  "disconnect_after=100,seed=7");
-  run.add_option("--json", args.json, "write the report (per round and per layer) to this JSON file (rank 0)");
+  run.add_option("--json", args.json,
+                 "write the report (per round and per layer) to this JSON file (rank 0): created before any work,\n"
+                 "each round appended as it ends, renamed into place when the run ends (also when it stops)");
 }
 
 }  // namespace

@@ -56,5 +56,18 @@ TEST_F(InputFilesCli, MaxInputBytesCapsTextInputs) {
   EXPECT_NE(help.output.find("--max-input-bytes"), std::string::npos);
 }
 
+// Issue 17 row 9 for evaluate: --json checked before any work, written atomically.
+TEST_F(InputFilesCli, EvaluateJsonIsCheckedBeforeWorkAndWrittenWhole) {
+  std::ofstream(file("trace.json")) << "[[[1, 2, 3, 4]], [[4, 3, 2, 1]], [[1, 1, 1, 1]], [[2, 2, 2, 2]]]";
+  const std::string trace = " --trace " + file("trace.json") + " --window 1 --replicas 8 --groups 2 --nodes 1 --ranks 2";
+  expect_refused(eplb("evaluate" + trace + " --json /proc/x.json"), 3, "--json: /proc/x.json: cannot create");
+  std::ofstream(file("e.json")) << "old";
+  BoundedRun written = eplb("evaluate" + trace + " --quiet --json " + file("e.json"));
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  EXPECT_NE(testing_support::slurp(file("e.json")).find("\"policies\""), std::string::npos);
+  for (const auto& entry : std::filesystem::directory_iterator(dir_))
+    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+}
+
 }  // namespace
 }  // namespace eplb

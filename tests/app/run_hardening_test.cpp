@@ -142,16 +142,19 @@ TEST_F(RunHardening, TcpRunNamesItsNetworkDevices) {
 }
 
 TEST_F(RunHardening, CtrlCExits130WithRanksStoppedAndFilesRemoved) {
-  const auto before = entries("/tmp", "eplb-");
+  // The launcher makes its rendezvous directory under TMPDIR: this test's own
+  // directory, so that runs of other tests in parallel do not count.
   // A run slow enough to be interrupted mid-way: 50 ms per transfer.
   BoundedRun interrupted = eplb::testing_support::run_bounded(
       "sh -c '" + kBinary + " run --ranks 4 --nodes 2 --rounds 50 --inject delay_ms=50" + kSmall +
-          " & pid=$!; sleep 2; kill -INT $pid; wait $pid; echo exit=$?'",
-      "", 60);
+          " & pid=$!; sleep 2; ls -d $TMPDIR/eplb-*; kill -INT $pid; wait $pid; echo exit=$?'",
+      "TMPDIR=" + dir_, 60);
+  EXPECT_NE(interrupted.output.find(dir_ + "/eplb-"), std::string::npos) << interrupted.output;  // it existed
   EXPECT_NE(interrupted.output.find("exit=130"), std::string::npos) << interrupted.output;
   EXPECT_NE(interrupted.output.find("interrupted by signal 2 (SIGINT)"), std::string::npos) << interrupted.output;
+  EXPECT_NE(interrupted.output.find("exit codes by rank: 130 130 130 130"), std::string::npos) << interrupted.output;
   EXPECT_LT(interrupted.seconds, 20.0);
-  EXPECT_EQ(entries("/tmp", "eplb-"), before);
+  EXPECT_EQ(entries(dir_, "eplb-"), std::set<std::string>{});
 }
 
 }  // namespace

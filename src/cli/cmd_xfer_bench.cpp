@@ -232,7 +232,8 @@ Status run_bench(const BenchOptions& options) {
   const uint64_t bytes = largest * static_cast<uint64_t>(options.batch);
   EPLB_TRY(pin_to_cpu(options.cpu, "--cpu"));
   if (options.listen_port > 0) {
-    EPLB_ASSIGN_OR_RETURN(int fd, accept_one(options.bind_address, options.listen_port, options.listen_timeout_seconds));
+    EPLB_ASSIGN_OR_RETURN(int fd,
+                          accept_one(options.bind_address, options.listen_port, options.listen_timeout_seconds));
     Status served = serve(options, fd, bytes);
     ::close(fd);
     return served;

@@ -48,7 +48,8 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
   // when the local launcher starts every rank here, UCX's choice (every
   // interface) under mpirun unless --net-devices or UCX_NET_DEVICES says.
   const bool local = args.bootstrap == "local" && !launched_by_mpirun();
-  if (args.transport == "tcp") options.agent.net_devices = !args.net_devices.empty() ? args.net_devices : local ? "lo" : "";
+  if (args.transport == "tcp")
+    options.agent.net_devices = !args.net_devices.empty() ? args.net_devices : local ? "lo" : "";
   options.agent.fault_spec = args.inject;
   EPLB_TRY(check_duration(args.timeout, "--timeout", true));
   if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");

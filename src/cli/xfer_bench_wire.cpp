@@ -115,7 +115,8 @@ Result<int> accept_one(const std::string& bind_address, int port, double timeout
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
-  if (port < 1 || port > 65535) return error(Code::InvalidArgument, fmt::format("--listen: port {} is not in 1-65535", port));
+  if (port < 1 || port > 65535)
+    return error(Code::InvalidArgument, fmt::format("--listen: port {} is not in 1-65535", port));
   if (::inet_pton(AF_INET, bind_address.c_str(), &address.sin_addr) != 1)
     return error(Code::InvalidArgument, "--bind: '" + bind_address + "' is not an IPv4 address");
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

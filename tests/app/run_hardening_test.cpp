@@ -96,6 +96,19 @@ TEST_F(RunHardening, UnwritableReportIsRefusedBeforeAnyWork) {
   EXPECT_EQ(threads.output.find("round 1"), std::string::npos) << threads.output;
 }
 
+// Under mpirun there is no launcher: rank 0 finds the bad path before any
+// work and every rank stops with it at the fingerprint exchange.
+TEST_F(RunHardening, UnderMpirunAnUnwritableReportStopsEveryRankBeforeWork) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  BoundedRun mpi = run_bounded("mpirun --allow-run-as-root --oversubscribe -np 2 " + kBinary +
+                                   " run --bootstrap mpi --nodes 1 --rounds 1" + kSmall + " --json /proc/x.json",
+                               "", 60);
+  EXPECT_NE(mpi.exit_code, 0) << mpi.output;
+  EXPECT_NE(mpi.output.find("rank 0: --json: /proc/x.json: cannot create"), std::string::npos) << mpi.output;
+  EXPECT_EQ(mpi.output.find("round 1/"), std::string::npos) << mpi.output;
+  EXPECT_LT(mpi.seconds, 30.0);
+}
+
 TEST_F(RunHardening, AbortedRunWritesItsReportAndExitsWithTheAbortCode) {
   const std::string json = file("aborted.json");
   BoundedRun aborted = run(" --ranks 4 --nodes 2 --rounds 2 --retries 0 --inject corrupt=1" + kSmall + " --json " + json);

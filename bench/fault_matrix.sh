@@ -6,7 +6,10 @@
 #
 # Usage: bench/fault_matrix.sh [BUILD_DIR] [SCENARIO...]
 #   BUILD_DIR defaults to build/ (needs build/eplb); SCENARIO ids: 1 2 3 4a 4b
-#   5 6 7 8a 8b 8c 9a 9b 10a 10b 10c (default: all).
+#   5 6 7 8a 8b 8c 9a 9b 10a 10b 10c, and the rows of issue 17 (what a
+#   careless user or an attacker gives): 11a-11d input files, 12a-12c
+#   durations, 13a-13c what listens, 14a-14b reports, 15a-15c one validation
+#   and Ctrl-C, 16 a long run (default: all).
 # Exit status: 0 when every row meets the requirement of issue 6 (no hang,
 # no inconsistent slot, expected outcome), 1 otherwise.
 #
@@ -14,7 +17,8 @@
 # bad input, 30 s for a run with 1-2 s transfer deadlines (a frozen rank: 12 s
 # vote deadline + 5 s launcher grace), 60 s for retried runs and mpirun.
 # Columns:
-#   outcome     completed | retried+completed | aborted cleanly | refused before moving | HANG | UNEXPECTED
+#   outcome     completed | retried+completed | aborted cleanly | refused before moving |
+#               interrupted (exit 130) | HANG | UNEXPECTED
 #   detect      seconds from start to the first line on stderr; "-" when none
 #   error       the first line of stderr that is not a rank's state line (the error the user reads)
 #   total       wall time of the whole run (launcher included: it kills a frozen rank after its grace)
@@ -35,6 +39,10 @@ trap 'rm -rf "$work"' EXIT
 shape() { echo "--layers $1 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds $2 --window 10"; }
 mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe)
 
+# Inputs of scenario 11: a FIFO and /dev/zero behind load-file names.
+mkfifo "$work/fifo_trace.npy" "$work/fifo_load.json"
+ln -s /dev/zero "$work/zero_trace.npy"
+ln -s /dev/zero "$work/zero_trace.json"
 # Malformed inputs for scenario 10.
 printf '0,0,0,12\n0,0,1,1e999x\n' >"$work/bad_trace.csv"
 printf '\x93NUMPY\x01\x00\xff\xff{garbage' >"$work/bad_trace.npy"
@@ -60,7 +68,8 @@ run_case() {
   start=$(date +%s.%N)
   # stderr lines get a timestamp so the first one tells when the error was detected.
   local json_flag=(--json "$json")
-  [[ " $* " == *" rebalance "* ]] && json_flag=()  # only `eplb run` writes --json
+  # only `eplb run` writes --json; a scenario may give its own
+  [[ " $* " != *" run "* || " $* " == *" --json "* ]] && json_flag=()
   env $environment timeout -s KILL "$limit" "$@" "${json_flag[@]}" >"$out" \
     2> >(while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$err")
   rc=$?
@@ -73,7 +82,8 @@ run_case() {
     # The error itself: the first stderr line that is not a rank's state
     # line ("eplb: rank N: round K stopped; ..."), which the survivors print
     # first; the state lines feed the `consistent` column.
-    first=$( (grep -v '^[0-9.]* eplb: rank [0-9]*: round [0-9]* stopped' "$err" || true) | head -n1 | cut -d' ' -f2-)
+    first=$( (grep -v -e '^[0-9.]* eplb: rank [0-9]*: round [0-9]* stopped' -e '^[0-9.]* xfer-bench: target listening' "$err" ||
+      true) | head -n1 | cut -d' ' -f2-)
     [[ -n "$first" ]] || first=$(head -n1 "$err" | cut -d' ' -f2-)
   else
     detect="-"
@@ -105,11 +115,13 @@ run_case() {
       consistent=NO
     fi
     if ((stopped == 0)); then outcome="refused before moving"; else outcome="aborted cleanly"; fi
+    if ((rc == 130)); then outcome="interrupted (exit 130)"; fi
   fi
   case "$expect" in
     complete) [[ $rc == 0 ]] || verdict=FAIL ;;
     abort) [[ $rc != 0 && $hang == no && "$outcome" == "aborted cleanly" ]] || verdict=FAIL ;;
     refuse) [[ $rc != 0 && $hang == no && "$outcome" == "refused before moving" ]] || verdict=FAIL ;;
+    interrupt) [[ $rc == 130 && $hang == no ]] || verdict=FAIL ;;
   esac
   [[ "$consistent" == NO || "$consistent" == unknown ]] && verdict=FAIL
   # With a sanitizer build (bench/fault_matrix.sh build-asan) any report fails the row.
@@ -159,6 +171,29 @@ run_case 10a "malformed trace (CSV)" refuse 20 "" "${base[@]}" $(shape 4 2) --tr
 run_case 10b "malformed trace (.npy)" refuse 20 "" "${base[@]}" $(shape 4 2) --trace "$work/bad_trace.npy"
 # `eplb run` takes no placement file; the placement reader is `eplb rebalance --current`.
 run_case 10c "malformed placement (rebalance --current)" refuse 20 "" "$eplb" rebalance --preset tiny --current "$work/bad_placement.json"
+
+# Issue 17: inputs, durations, listeners, reports, one validation.
+run_case 11a "trace is a FIFO (run --trace)" refuse 20 "" "${base[@]}" $(shape 4 2) --trace "$work/fifo_trace.npy"
+run_case 11b "/dev/zero behind trace.npy" refuse 20 "" "${base[@]}" $(shape 4 2) --trace "$work/zero_trace.npy"
+run_case 11c "/dev/zero behind trace.json (evaluate)" refuse 20 "" "$eplb" evaluate --trace "$work/zero_trace.json"
+run_case 11d "load is a FIFO (rebalance --load)" refuse 20 "" "$eplb" rebalance --load "$work/fifo_load.json"
+run_case 12a "--timeout 1e10" refuse 20 "" "${base[@]}" $(shape 4 2) --timeout 1e10
+run_case 12b "--timeout nan" refuse 20 "" "${base[@]}" $(shape 4 2) --timeout nan
+run_case 12c "xfer-bench --timeout inf" refuse 20 "" "$eplb" xfer-bench --block-sizes 4K --timeout inf
+run_case 13a "xfer-bench --listen 70000" refuse 20 "" "$eplb" xfer-bench --listen 70000
+run_case 13b "xfer-bench target, malformed message" refuse 20 "" bash -c \
+  "$eplb xfer-bench --listen 47111 --timeout 5 & t=\$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/47111; printf 'Z\\0\\0\\0\\0\\0\\0\\0\\0' >&3; wait \$t"
+run_case 13c "xfer-bench target, silent client (--timeout 1)" refuse 20 "" bash -c \
+  "$eplb xfer-bench --listen 47112 --timeout 1 & t=\$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/47112; wait \$t"
+run_case 14a "--json /proc/x.json" refuse 20 "" "${base[@]}" $(shape 4 2) --json /proc/x.json
+run_case 14b "aborted run (corrupt=1, --retries 0) writes --json" abort 30 "" \
+  "${base[@]}" $(shape 4 2) --retries 0 --inject corrupt=1
+run_case 15a "--rounds 0 (checked once, by the launcher)" refuse 20 "" "${base[@]}" $(shape 4 2 | sed 's/--rounds 2/--rounds 0/')
+run_case 15b "--inject seed=abc" refuse 20 "" "${base[@]}" $(shape 4 2) --inject seed=abc
+run_case 15c "Ctrl-C: SIGINT to the launcher after 1.5 s" interrupt 30 "" bash -c \
+  "$eplb run --ranks 4 --nodes 2 $(shape 4 50) --inject delay_ms=50 & t=\$!; sleep 1.5; kill -INT \$t; wait \$t"
+run_case 16 "--rounds 300 (reports streamed to --json)" complete 120 "" \
+  "${base[@]}" --layers 2 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 16KiB --rounds 300 --window 1
 
 echo
 printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s\n' id scenario outcome detect total hang consistent req "error (first stderr line after the ranks' state lines)"

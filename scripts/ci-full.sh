@@ -8,6 +8,8 @@
 #   4. fuzz   bash scripts/fuzz.sh 8          every libFuzzer target for ~8 s from its seed corpus
 #   5. leaks  a full default `eplb run` of the ASan build with detect_leaks=1
 #   6. faults bench/fault_matrix.sh           the 4-rank fault matrix (docs/operations.md)
+#   7. leftovers  nothing eplb- or UCX-made left in /dev/shm or /tmp: the
+#      listing at the end is compared with the one taken at the start
 # The elapsed time of every stage is printed; the whole run must stay well
 # under 45 minutes on 2 cores.
 set -euo pipefail
@@ -15,6 +17,28 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$(pwd)"
 start=$(date +%s)
 times=()
+
+# What eplb, its tests and UCX create in /dev/shm and /tmp (rendezvous
+# directories, test scratch directories, report temporaries, UCX shared
+# memory segments), one path a line, sorted.
+scratch_listing() {
+  find /dev/shm /tmp -maxdepth 1 -mindepth 1 \( -name 'eplb*' -o -name 'ucx*' -o -name 'sem.eplb*' \
+    -o -name '*.json.tmp.*' -o -name '*.npy.tmp.*' \) 2>/dev/null | sort
+}
+scratch_at_start="$(mktemp)"
+scratch_listing >"$scratch_at_start"
+
+leftover_check() {
+  local left
+  left="$(comm -13 "$scratch_at_start" <(scratch_listing))"
+  rm -f "$scratch_at_start"
+  if [[ -n "$left" ]]; then
+    echo "ci: left behind in /dev/shm or /tmp by this run:" >&2
+    echo "$left" | sed 's/^/  /' >&2
+    return 1
+  fi
+  echo "ci: nothing left in /dev/shm or /tmp"
+}
 
 stage() {
   local name="$1"
@@ -47,6 +71,7 @@ stage python-tsan bash scripts/sanitize.sh python-tsan
 stage fuzz bash scripts/fuzz.sh 8
 stage leaks leak_check
 stage faults bash bench/fault_matrix.sh "$root/build"
+stage leftovers leftover_check
 
 echo "ci: stage times: ${times[*]}"
 echo "ci: finished in $(($(date +%s) - start)) s"

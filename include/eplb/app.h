@@ -27,6 +27,7 @@
 #include "eplb/bootstrap.h"
 #include "eplb/migrate.h"
 #include "eplb/placement.h"
+#include "eplb/placement_io.h"
 #include "eplb/sim.h"
 #include "eplb/status.h"
 #include "eplb/xfer.h"
@@ -92,6 +93,7 @@ struct RunOptions {
   std::string policy = "deepseek";
   int threads = 1;                   // policy threads
   std::string trace_path;            // empty: generate from `generate`
+  uint64_t max_input_bytes = kDefaultMaxInputBytes;  // a larger text trace file is refused
   LoadGenOptions generate;           // layers/experts/steps are set from the topology
   // Every rank's transfer agent (backend, transports, fault spec); its name
   // is agent_name_prefix + rank, and each rank draws its own fault sequence
@@ -100,6 +102,13 @@ struct RunOptions {
   std::string agent_name_prefix = "rank-";
   MigrateOptions migrate;            // on_layer_done: per-layer progress
   double setup_timeout_seconds = 60;
+  // false: summary.rounds holds only the last round (callers that take each
+  // round from on_round_done, so that a long run does not grow).
+  bool keep_all_rounds = true;
+  // A failure its caller found before run_rank (e.g. rank 0 cannot create
+  // its report file): run_rank stops, and every rank with it through the
+  // fingerprint, before anything moves.
+  Status precondition;
   // Called on every rank once the inputs, the agent and the store are ready.
   std::function<void(const RunSummary&)> on_ready;
   // Called on every rank after each round (agreed with the other ranks).
@@ -108,6 +117,13 @@ struct RunOptions {
 
 // Runs one rank; the summary's status says whether the run completed.
 RunSummary run_rank(ProcessGroup& group, const RunOptions& options);
+
+// Everything run_rank checks before it starts, without a process group:
+// options, expert layout, policy name, fault spec (and its seed) and the
+// trace file (read and checked against the topology; a generated trace is
+// not generated). A launcher calls it once before it starts any rank, so
+// that a bad option is one error, printed once, and no rank starts.
+Status validate_run_options(const RunOptions& options);
 
 // ----------------------------------------------------- rendering a report ---
 
@@ -121,8 +137,19 @@ struct RunLabels {
 std::string render_banner(const RunOptions& options, const RunLabels& labels, const RunSummary& summary);
 // The per-round table and the closing line (all verified, or how it stopped).
 std::string render_table(const RunOptions& options, const RunSummary& summary);
+// The same in parts, for callers that render each round as it ends:
+// header + one row per round + end == render_table.
+std::string render_table_header();
+std::string render_table_row(const RoundSummary& round);
+std::string render_table_end(const RunOptions& options, const RunSummary& summary);
 // The report as JSON text (per round and per layer).
 std::string render_json(const RunOptions& options, const RunLabels& labels, const RunSummary& summary);
+// The same in parts, for a report streamed to its file as rounds end:
+// head + render_json_round(first round, true) + ... + tail == render_json.
+// The head uses what is known at on_ready; the tail how the run ended.
+std::string render_json_head(const RunOptions& options, const RunLabels& labels, const RunSummary& summary);
+std::string render_json_round(const RoundSummary& round, bool first);
+std::string render_json_tail(const RunSummary& summary);
 
 // Progress lines while the run goes: a bar per layer on a terminal, a line
 // per failed layer, a line per round.

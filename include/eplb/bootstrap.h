@@ -125,6 +125,7 @@ struct LaunchResult {
   std::vector<int> exit_codes;  // per rank; 128 + signal for signalled ranks, -1 if never started
   int failed_rank = -1;         // the rank named in `status`, or -1
   bool failed_rank_signalled = false;
+  int forwarded_signal = 0;     // SIGINT / SIGTERM received and forwarded (status Canceled), or 0
 };
 LaunchResult launch_local_ranks(const LaunchOptions& options);
 

@@ -22,11 +22,10 @@ using Clock = std::chrono::steady_clock;
 
 class Deadline {
  public:
-  // A deadline `timeout` from now.
-  static Deadline after(std::chrono::nanoseconds timeout) { return Deadline(Clock::now() + timeout); }
-  static Deadline after_seconds(double seconds) {
-    return after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
-  }
+  // A deadline `timeout` from now. Saturating: a timeout past the clock's
+  // range is "never" (time_point::max()), a negative or NaN one is "now".
+  static Deadline after(std::chrono::nanoseconds timeout);
+  static Deadline after_seconds(double seconds);
   explicit Deadline(Clock::time_point at) : at_(at) {}
 
   Clock::time_point at() const { return at_; }

@@ -13,6 +13,12 @@
 //  .json an array of arrays ([L][E]) or of arrays of arrays ([W][L][E]),
 //        or an object whose key "load" holds one.
 // Values must be finite and >= 0.
+//
+// Input files are opened without blocking and must be regular files (a FIFO,
+// device, socket or directory is IoError at once). A .npy file is read no
+// further than its header declares (a file of another size is refused before
+// its data is read); a text file (.csv, .json, placement JSON) larger than
+// `max_text_bytes` is refused before it is read.
 #pragma once
 
 #include <cstdint>
@@ -26,11 +32,15 @@
 
 namespace eplb {
 
+// The default limit on text inputs (the CLI's --max-input-bytes): 1 GiB.
+inline constexpr uint64_t kDefaultMaxInputBytes = uint64_t(1) << 30;
+
 // Reads a 2-D load matrix; a 3-D trace is summed over its first axis.
 // `expected_experts` > 0 also checks the number of experts (columns).
-Result<LoadMatrix> read_load_file(const std::string& path, int expected_experts = 0);
+Result<LoadMatrix> read_load_file(const std::string& path, int expected_experts = 0,
+                                  uint64_t max_text_bytes = kDefaultMaxInputBytes);
 // Reads a 3-D trace; a 2-D file is a trace of one step.
-Result<LoadTrace> read_load_trace(const std::string& path);
+Result<LoadTrace> read_load_trace(const std::string& path, uint64_t max_text_bytes = kDefaultMaxInputBytes);
 
 // Parsers over bytes already in memory (what the file readers and fuzzers use).
 // `name` names the source in error messages.
@@ -55,6 +65,6 @@ struct PlacementFile {
   Placement placement;
 };
 Result<PlacementFile> parse_placement_json(std::string_view text, std::string_view name);
-Result<PlacementFile> read_placement_file(const std::string& path);
+Result<PlacementFile> read_placement_file(const std::string& path, uint64_t max_text_bytes = kDefaultMaxInputBytes);
 
 }  // namespace eplb

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/bytes.h"
+#include "common/text.h"
 #include "eplb/placement_io.h"
 
 namespace eplb {
@@ -40,7 +41,7 @@ Status load_trace(const RunOptions& options, RunInputs& inputs) {
                     generate.drift, generate.seed, steps, hash_values(inputs.trace.values));
     return Status::ok();
   }
-  EPLB_ASSIGN_OR_RETURN(inputs.trace, read_load_trace(options.trace_path));
+  EPLB_ASSIGN_OR_RETURN(inputs.trace, read_load_trace(options.trace_path, options.max_input_bytes));
   const LoadTrace& trace = inputs.trace;
   if (trace.num_layers != topology.num_layers || trace.num_experts != topology.num_experts)
     return error(Code::InvalidArgument,
@@ -54,13 +55,15 @@ Status load_trace(const RunOptions& options, RunInputs& inputs) {
   return Status::ok();
 }
 
-Result<RunInputs> prepare_inputs(const RunOptions& options) {
+// `with_trace` false: everything but the trace (validate_run_options reads
+// a trace file itself and does not generate a trace).
+Result<RunInputs> prepare_inputs(const RunOptions& options, bool with_trace = true) {
   RunInputs inputs;
   EPLB_TRY(check_options(options));
   inputs.layout = StoreLayout::uniform(options.topology.num_layers, options.topology.slots_per_rank(), options.tensors);
   EPLB_TRY(inputs.layout.validate());
   EPLB_ASSIGN_OR_RETURN(inputs.policy, make_policy(options.policy));
-  EPLB_TRY(load_trace(options, inputs));
+  if (with_trace) EPLB_TRY(load_trace(options, inputs));
   return inputs;
 }
 
@@ -81,8 +84,33 @@ std::vector<FingerprintField> fingerprint(const RunOptions& options, const RunIn
 
 }  // namespace
 
+Result<std::string> rank_fault_spec(const std::string& spec, int rank) {
+  if (spec.empty()) return spec;
+  std::vector<std::string> items;
+  uint64_t seed = 0;
+  for (std::string_view item : text::split(spec, ',')) {
+    if (!item.starts_with("seed=")) {
+      items.emplace_back(item);
+      continue;
+    }
+    EPLB_ASSIGN_OR_RETURN(seed, text::parse_uint(item.substr(5), "fault spec seed"));
+  }
+  items.push_back(fmt::format("seed={}", seed + uint64_t(rank)));
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
+Status validate_run_options(const RunOptions& options) {
+  EPLB_TRY(prepare_inputs(options, !options.trace_path.empty()).status());
+  xfer::AgentConfig probe;  // an in-process agent parses the fault spec exactly as every rank will
+  probe.name = "validate";
+  probe.backend = "loopback";
+  EPLB_ASSIGN_OR_RETURN(probe.fault_spec, rank_fault_spec(options.agent.fault_spec, 0));
+  auto agent = xfer::Agent::create(probe);
+  return agent ? Status::ok() : agent.status();
+}
+
 Result<RunInputs> prepare_and_agree(ProcessGroup& group, const RunOptions& options, Deadline deadline) {
-  auto inputs = prepare_inputs(options);
+  auto inputs = options.precondition ? prepare_inputs(options) : Result<RunInputs>(options.precondition);
   std::vector<FingerprintField> fields{{"fingerprint version", "eplb run 2"}};
   if (!inputs) {
     Status local = inputs.status().with_context(fmt::format("rank {}", group.rank()));

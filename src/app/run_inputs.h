@@ -23,4 +23,8 @@ struct RunInputs {
 // fingerprint, so that every rank stops with the same explanation.
 Result<RunInputs> prepare_and_agree(ProcessGroup& group, const RunOptions& options, Deadline deadline);
 
+// The fault spec of `rank`: ranks draw independent fault sequences (the
+// spec's seed, default 0, plus the rank number).
+Result<std::string> rank_fault_spec(const std::string& spec, int rank);
+
 }  // namespace eplb

@@ -33,23 +33,6 @@ std::string describe_layers(const std::vector<bool>& is_new) {
   return fmt::format("layers {} on the new placement, layers {} on the previous one", ranges(true), ranges(false));
 }
 
-// Ranks draw independent fault sequences: the spec's seed (default 0) plus
-// the rank number.
-Result<std::string> rank_fault_spec(const std::string& spec, int rank) {
-  if (spec.empty()) return spec;
-  std::vector<std::string> items;
-  uint64_t seed = 0;
-  for (std::string_view item : text::split(spec, ',')) {
-    if (!item.starts_with("seed=")) {
-      items.emplace_back(item);
-      continue;
-    }
-    EPLB_ASSIGN_OR_RETURN(seed, text::parse_uint(item.substr(5), "fault spec seed"));
-  }
-  items.push_back(fmt::format("seed={}", seed + uint64_t(rank)));
-  return fmt::format("{}", fmt::join(items, ","));
-}
-
 // The transfer agent, the store and the migrator of this rank. Destroyed in
 // reverse order: the migrator (deregisters), the agent (frees an arena it
 // allocated; pending backend work still finds private memory mapped), then
@@ -160,6 +143,7 @@ Result<bool> run_round(ProcessGroup& group, const RunOptions& options, RunInputs
   round.report = setup.migrator->migrate(current, *target);
   bool group_lost = false;
   Status verified_here = verify_round(group, *setup.store, current, round, summary, &group_lost);
+  if (!options.keep_all_rounds) summary.rounds.clear();
   summary.rounds.push_back(round);
   if (options.on_round_done) options.on_round_done(round);
   if (round.report.status && round.verified) return true;

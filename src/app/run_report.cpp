@@ -73,34 +73,47 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
       summary.trace_identity, options.rounds, options.window, faults.empty() ? "" : "; faults: " + faults);
 }
 
-std::string render_table(const RunOptions& options, const RunSummary& summary) {
-  std::string out = fmt::format("\n{:<5}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  {:>7}  {:>7}  {:>8}  {}\n",
-                                "round", "balancedness", "moved", "local", "intra-node", "inter-node", "time", "GB/s",
-                                "retries", "failures", "verified");
-  for (const auto& round : summary.rounds) {
-    const RoundReport& report = round.report;
-    out += fmt::format("{:<5}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  {:>7.2f}  {:>7}  {:>8}  {}\n",
-                       round.round + 1,
-                       fmt::format("{:.3f} -> {:.3f}", round.balancedness_before, round.balancedness_after),
-                       format_bytes(report.bytes_moved()), format_bytes(report.bytes_local()),
-                       format_bytes(report.bytes_intra_node()), format_bytes(report.bytes_inter_node()),
-                       format_seconds(round.seconds), gigabytes_per_second(report.bytes_moved(), round.seconds),
-                       report.retries(), report.failures(), round.verified ? "yes" : "NO");
-  }
-  const Topology& topology = options.topology;
-  if (summary.all_verified)
-    return out + fmt::format("\nall {} slots ({} layers x {} slots) on {} ranks verified byte for byte against the "
-                             "mapping\n",
-                             topology.num_layers * topology.num_slots, topology.num_layers, topology.num_slots,
-                             topology.num_ranks);
-  if (summary.rounds.empty() || !summary.group_intact) return out;
-  const RoundSummary& last = summary.rounds.back();
-  return out + fmt::format("\nround {} stopped; every rank reports the same committed mapping {:016x} ({}) and {}\n",
-                           last.round + 1, summary.mapping_hash, summary.committed_layers,
-                           last.verified ? "verified every slot against it" : "NOT all verified");
+std::string render_table_header() {
+  return fmt::format("\n{:<5}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  {:>7}  {:>7}  {:>8}  {}\n", "round",
+                     "balancedness", "moved", "local", "intra-node", "inter-node", "time", "GB/s", "retries",
+                     "failures", "verified");
 }
 
-std::string render_json(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
+std::string render_table_row(const RoundSummary& round) {
+  const RoundReport& report = round.report;
+  return fmt::format("{:<5}  {:<15}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  {:>7.2f}  {:>7}  {:>8}  {}\n",
+                     round.round + 1,
+                     fmt::format("{:.3f} -> {:.3f}", round.balancedness_before, round.balancedness_after),
+                     format_bytes(report.bytes_moved()), format_bytes(report.bytes_local()),
+                     format_bytes(report.bytes_intra_node()), format_bytes(report.bytes_inter_node()),
+                     format_seconds(round.seconds), gigabytes_per_second(report.bytes_moved(), round.seconds),
+                     report.retries(), report.failures(), round.verified ? "yes" : "NO");
+}
+
+std::string render_table_end(const RunOptions& options, const RunSummary& summary) {
+  const Topology& topology = options.topology;
+  if (summary.all_verified)
+    return fmt::format("\nall {} slots ({} layers x {} slots) on {} ranks verified byte for byte against the "
+                       "mapping\n",
+                       topology.num_layers * topology.num_slots, topology.num_layers, topology.num_slots,
+                       topology.num_ranks);
+  if (summary.rounds.empty() || !summary.group_intact) return "";
+  const RoundSummary& last = summary.rounds.back();
+  return fmt::format("\nround {} stopped; every rank reports the same committed mapping {:016x} ({}) and {}\n",
+                     last.round + 1, summary.mapping_hash, summary.committed_layers,
+                     last.verified ? "verified every slot against it" : "NOT all verified");
+}
+
+std::string render_table(const RunOptions& options, const RunSummary& summary) {
+  std::string out = render_table_header();
+  for (const auto& round : summary.rounds) out += render_table_row(round);
+  return out + render_table_end(options, summary);
+}
+
+// The JSON report in three parts, so that rounds can be written as they end:
+// the head (an object left open, ending in the "rounds" array's '['), one
+// line per round, and the tail (closing both).
+std::string render_json_head(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
   nlohmann::json json;
   const Topology& t = options.topology;
   json["topology"] = {{"layers", t.num_layers}, {"experts", t.num_experts}, {"slots", t.num_slots},
@@ -115,13 +128,28 @@ std::string render_json(const RunOptions& options, const RunLabels& labels, cons
   for (const auto& tensor : options.tensors)
     json["tensors"].push_back({{"name", tensor.name}, {"bytes", tensor.bytes_per_expert}});
   json["trace"] = summary.trace_identity;
-  json["rounds"] = nlohmann::json::array();
-  for (const auto& round : summary.rounds) json["rounds"].push_back(round_json(round));
+  std::string text = json.dump(2);
+  text.resize(text.size() - 2);  // "\n}"
+  return text + ",\n  \"rounds\": [";
+}
+
+std::string render_json_round(const RoundSummary& round, bool first) {
+  return (first ? "\n    " : ",\n    ") + round_json(round).dump();
+}
+
+std::string render_json_tail(const RunSummary& summary) {
+  nlohmann::json json;
   json["all_verified"] = summary.all_verified;
   json["status"] = summary.status.is_ok() ? "ok" : summary.status.to_string();
   json["final_state"] = summary.final_state;
   json["mapping_hash"] = fmt::format("{:016x}", summary.mapping_hash);
-  return json.dump(2) + "\n";
+  return "\n  ],\n" + json.dump(2).substr(2) + "\n";
+}
+
+std::string render_json(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
+  std::string out = render_json_head(options, labels, summary);
+  for (size_t i = 0; i < summary.rounds.size(); ++i) out += render_json_round(summary.rounds[i], i == 0);
+  return out + render_json_tail(summary);
 }
 
 std::string RunProgress::layer_done(const LayerReport& layer) {

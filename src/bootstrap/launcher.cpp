@@ -304,6 +304,7 @@ LaunchResult Launch::finish() {
     }
   const std::string codes = fmt::format("exit codes by rank: {}", fmt::join(result_.exit_codes, " "));
   if (forwarded_signal_ != 0) {
+    result_.forwarded_signal = forwarded_signal_;
     result_.status = error(Code::Canceled, fmt::format("launch interrupted by {}, forwarded to the ranks{} ({})",
                                                        signal_text(forwarded_signal_), survivors_text(), codes));
   } else if (timed_out_) {

@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "command.h"
+#include "options.h"
 #include "eplb/bootstrap.h"
 
 namespace eplb::cli {
@@ -157,7 +158,7 @@ void add_bootstrap_check(CLI::App& app) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   command->add_option("--timeout", options->timeout, "seconds allowed for joining and for every collective")
-      ->check(CLI::PositiveNumber)
+      ->check(duration_seconds())
       ->capture_default_str();
   command->add_option("--rounds", options->rounds, "barrier and allgather rounds timed for the latency lines")
       ->check(CLI::Range(0, 1000000))

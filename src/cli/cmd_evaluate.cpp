@@ -2,6 +2,8 @@
 // out of sample (balance on the next window, slots and bytes moved, time).
 #include <fmt/format.h>
 
+#include <optional>
+
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "command.h"
+#include "common/files.h"
+#include "options.h"
 #include "common/text.h"
 #include "eplb/common.h"
 #include "eplb/evaluate.h"
@@ -35,6 +39,7 @@ struct EvaluateArgs {
   int threads = 1;
   std::string json;
   bool quiet = false;
+  std::string max_input_bytes;
 };
 
 Result<Topology> topology_for(const EvaluateArgs& args, const LoadTrace& trace) {
@@ -142,8 +147,8 @@ nlohmann::json policy_json(const PolicyEvaluation& r) {
   return policy;
 }
 
-Status write_json(const EvaluateArgs& args, const Topology& topology, const EvaluateOptions& options,
-                  const std::vector<PolicyEvaluation>& results) {
+Status write_json(files::AtomicFile& file, const EvaluateArgs& args, const Topology& topology,
+                  const EvaluateOptions& options, const std::vector<PolicyEvaluation>& results) {
   nlohmann::json out;
   out["trace"] = args.trace;
   out["window"] = args.window;
@@ -159,14 +164,20 @@ Status write_json(const EvaluateArgs& args, const Topology& topology, const Eval
                     {"bytes_per_expert", options.bytes_per_expert},
                     {"threads", args.threads}};
   for (const auto& r : results) out["policies"].push_back(policy_json(r));
-  std::ofstream file(args.json);
-  file << out.dump(1) << "\n";
-  if (!file) return error(Code::IoError, "cannot write " + args.json);
-  return Status::ok();
+  EPLB_TRY(file.append(out.dump(1) + "\n"));
+  return file.commit();
 }
 
 Status run_evaluate(const EvaluateArgs& args) {
-  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, read_load_trace(args.trace));
+  EPLB_ASSIGN_OR_RETURN(uint64_t max_input_bytes, parse_max_input_bytes(args.max_input_bytes));
+  // --json is created (its directory checked) before any work, renamed into place at the end.
+  std::optional<files::AtomicFile> json;
+  if (!args.json.empty()) {
+    auto created = files::AtomicFile::create(args.json);
+    if (!created) return created.status().with_context("--json");
+    json.emplace(std::move(created).value());
+  }
+  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, read_load_trace(args.trace, max_input_bytes));
   EPLB_ASSIGN_OR_RETURN(Topology topology, topology_for(args, trace));
   EPLB_ASSIGN_OR_RETURN(EvaluateOptions options, evaluate_options(args));
   std::vector<std::string> names;
@@ -181,7 +192,7 @@ Status run_evaluate(const EvaluateArgs& args) {
   }
   print_rows(args, trace, topology, options, results);
   print_versus_deepseek(results);
-  if (!args.json.empty()) EPLB_TRY(write_json(args, topology, options, results));
+  if (json) EPLB_TRY(write_json(*json, args, topology, options, results).with_context("--json"));
   return Status::ok();
 }
 
@@ -232,6 +243,7 @@ void add_evaluate(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   command->add_option("--json", args->json, "Also write the raw per-window numbers to this JSON file");
   command->add_flag("--quiet", args->quiet, "No progress lines on stderr");
+  add_max_input_bytes(*command, args->max_input_bytes);
   command->callback([args] { set_command_result(run_evaluate(*args)); });
 }
 

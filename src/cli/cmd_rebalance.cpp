@@ -7,6 +7,7 @@
 #include <string>
 
 #include "command.h"
+#include "options.h"
 #include "common/text.h"
 #include "eplb/common.h"
 #include "eplb/placement.h"
@@ -32,6 +33,7 @@ struct RebalanceArgs {
   // One DeepSeek-V3 routed expert in FP8: gate, up and down projections,
   // 3 x 7168 x 2048 bytes (42 MiB).
   std::string bytes_per_expert = "42MiB";
+  std::string max_input_bytes;
   PolicyOptions options;
 };
 
@@ -62,7 +64,8 @@ Status load_inputs(const RebalanceArgs& args, Rebalanced& out) {
   EPLB_ASSIGN_OR_RETURN(out.topology, topology_preset(args.preset));
   Topology& topology = out.topology;
   if (!args.load_path.empty()) {
-    EPLB_ASSIGN_OR_RETURN(out.load, read_load_file(args.load_path));
+    EPLB_ASSIGN_OR_RETURN(uint64_t max_input_bytes, parse_max_input_bytes(args.max_input_bytes));
+    EPLB_ASSIGN_OR_RETURN(out.load, read_load_file(args.load_path, 0, max_input_bytes));
     topology.num_layers = out.load.num_layers;
     topology.num_experts = out.load.num_experts;
     out.load_source = args.load_path;
@@ -88,7 +91,8 @@ Status load_current(const RebalanceArgs& args, Rebalanced& out) {
   out.current = default_placement(out.topology);
   out.with_current = !args.current_path.empty();
   if (!out.with_current) return Status::ok();
-  EPLB_ASSIGN_OR_RETURN(PlacementFile file, read_placement_file(args.current_path));
+  EPLB_ASSIGN_OR_RETURN(uint64_t max_input_bytes, parse_max_input_bytes(args.max_input_bytes));
+  EPLB_ASSIGN_OR_RETURN(PlacementFile file, read_placement_file(args.current_path, max_input_bytes));
   EPLB_TRY(file.placement.validate_against(out.topology).with_context("--current " + args.current_path));
   if (file.topology.num_ranks != out.topology.num_ranks)
     return error(Code::Mismatch, fmt::format("--current {}: its topology {} spreads the slots over {} ranks, not {}",
@@ -292,6 +296,7 @@ void add_rebalance(CLI::App& app) {
   command->add_option("--bytes-per-expert", args->bytes_per_expert,
                       "Bytes of one expert's weights, for the bytes moved with --current (a byte size: 44040192,\n"
                       "42MiB, 1.5G); default 42MiB, a DeepSeek-V3 routed expert in FP8, 3 x 7168 x 2048");
+  add_max_input_bytes(*command, args->max_input_bytes);
   add_policy_options(*command, args->options);
   command->callback([args] { set_command_result(run_rebalance(*args)); });
 }

@@ -14,11 +14,13 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <iterator>
 #include <mutex>
 #include <thread>
 
 #include "command.h"
+#include "common/files.h"
 #include "common/text.h"
 #include "eplb/app.h"
 #include "eplb/bootstrap.h"
@@ -52,30 +54,81 @@ void install_test_hooks(RunOptions& options, int rank) {
   };
 }
 
-// What rank 0 shows while the run goes, and the report at the end.
+// --json: created (its directory checked) before any work, each round
+// appended as it ends, renamed into place when the run ends, whether it
+// completed or stopped. A rank killed before the end leaves
+// "<path>.tmp.<pid>" holding the head and the rounds so far (not valid JSON).
+class JsonReport {
+ public:
+  static Result<std::unique_ptr<JsonReport>> open(const std::string& path) {
+    if (path.empty()) return std::unique_ptr<JsonReport>();
+    auto file = files::AtomicFile::create(path);
+    if (!file) return file.status().with_context("--json");
+    return std::make_unique<JsonReport>(std::move(file).value());
+  }
+  explicit JsonReport(files::AtomicFile file) : file_(std::move(file)) {}
+
+  void head(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
+    if (began_) return;
+    began_ = true;
+    keep(file_.append(render_json_head(options, labels, summary)));
+  }
+  void round(const RoundSummary& round) { keep(file_.append(render_json_round(round, rounds_++ == 0))); }
+  Status finish(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
+    head(options, labels, summary);
+    keep(file_.append(render_json_tail(summary)));
+    if (written_) keep(file_.commit());
+    return written_.with_context("--json");
+  }
+
+ private:
+  void keep(Status status) {
+    if (written_ && !status) written_ = std::move(status);
+  }
+  files::AtomicFile file_;
+  Status written_;
+  bool began_ = false;
+  int rounds_ = 0;
+};
+
+// What rank 0 shows while the run goes, and the report at the end. Rounds
+// leave as they end (a table row, a JSON line): no rank keeps them all.
 class RankOutput {
  public:
-  RankOutput(const RunOptions& options, const RunLabels& labels, bool printing, bool terminal)
+  RankOutput(const RunOptions& options, const RunLabels& labels, bool printing, bool terminal,
+             std::unique_ptr<JsonReport> report = nullptr)
       : options_(options), labels_(labels), printing_(printing),
-        progress_(terminal, options.rounds, options.topology.num_layers) {}
+        progress_(terminal, options.rounds, options.topology.num_layers), report_(std::move(report)) {}
 
   void attach(RunOptions& options) {
+    options.keep_all_rounds = false;
     if (!printing_) return;
-    options.on_ready = [this](const RunSummary& summary) { print(render_banner(options_, labels_, summary)); };
+    options.on_ready = [this](const RunSummary& summary) {
+      print(render_banner(options_, labels_, summary));
+      if (report_) report_->head(options_, labels_, summary);
+    };
     options.migrate.on_layer_done = [this](const LayerReport& layer) { print(progress_.layer_done(layer)); };
-    options.on_round_done = [this](const RoundSummary& round) { print(progress_.round_done(round)); };
+    options.on_round_done = [this](const RoundSummary& round) {
+      print(progress_.round_done(round));
+      table_ += render_table_row(round);
+      if (report_) report_->round(round);
+    };
   }
-  // The table, and --json; every rank states its committed state when the run stopped.
-  Status finish(const RunSummary& summary, const std::string& json_path) {
+  // The table, and --json; every rank states its committed state when the
+  // run stopped. A stopped run keeps its own status (and exit code) even if
+  // its report could not be written; that failure gets a line of its own.
+  Status finish(const RunSummary& summary) {
     if (!summary.all_verified && !summary.final_state.empty())
       std::fprintf(stderr, "eplb: %s\n", summary.final_state.c_str());
     if (!printing_) return summary.status;
-    if (!summary.rounds.empty()) print(render_table(options_, summary));
-    if (json_path.empty()) return summary.status;
-    std::ofstream file(json_path);
-    file << render_json(options_, labels_, summary);
-    if (!file && summary.status) return error(Code::IoError, "cannot write --json " + json_path);
-    return summary.status;
+    if (!table_.empty()) print(render_table_header() + table_ + render_table_end(options_, summary));
+    if (!report_) return summary.status;
+    Status written = report_->finish(options_, labels_, summary);
+    if (written || !summary.status) {
+      if (!written) std::fprintf(stderr, "eplb: the report was not written: %s\n", written.to_string().c_str());
+      return summary.status;
+    }
+    return written;
   }
 
  private:
@@ -87,6 +140,8 @@ class RankOutput {
   const RunLabels& labels_;
   bool printing_;
   RunProgress progress_;
+  std::unique_ptr<JsonReport> report_;
+  std::string table_;
 };
 
 Status run_as_rank(ProcessGroup& group, RunOptions options, const RunLabels& labels, const std::string& json,
@@ -97,9 +152,15 @@ Status run_as_rank(ProcessGroup& group, RunOptions options, const RunLabels& lab
   const char* tty = std::getenv("EPLB_RUN_TTY");
   const bool terminal = tty ? std::string(tty) == "1" : (!mpi && isatty(STDOUT_FILENO));
   install_test_hooks(options, group.rank());
-  RankOutput output(options, labels, group.rank() == 0, terminal);
+  std::unique_ptr<JsonReport> report;
+  if (group.rank() == 0) {
+    auto opened = JsonReport::open(json);
+    if (opened) report = std::move(opened).value();
+    else options.precondition = opened.status();
+  }
+  RankOutput output(options, labels, group.rank() == 0, terminal, std::move(report));
   output.attach(options);
-  Status status = output.finish(run_rank(group, options), json);
+  Status status = output.finish(run_rank(group, options));
   // Errors every rank agreed on (an aborted layer, a fingerprint or layout
   // mismatch) are printed once, by rank 0; the other ranks only exit with
   // the same code. Errors of a lost rank differ per survivor: all print.
@@ -112,6 +173,7 @@ Status run_as_rank(ProcessGroup& group, RunOptions options, const RunLabels& lab
 }
 
 Status run_in_threads(RunOptions options, const RunLabels& labels, const std::string& json) {
+  EPLB_ASSIGN_OR_RETURN(std::unique_ptr<JsonReport> report, JsonReport::open(json));
   const int size = options.topology.num_ranks;
   auto groups = make_thread_groups(size);
   static int run_counter = 0;
@@ -123,11 +185,11 @@ Status run_in_threads(RunOptions options, const RunLabels& labels, const std::st
   for (int r = 0; r < size; ++r)
     threads.emplace_back([&, r] {
       RunOptions mine = options;
-      RankOutput output(mine, labels, r == 0, terminal);
+      RankOutput output(mine, labels, r == 0, terminal, r == 0 ? std::move(report) : nullptr);
       output.attach(mine);
       RunSummary summary = run_rank(*groups[r], mine);
       std::lock_guard lock(stderr_lines);
-      statuses[r] = output.finish(summary, r == 0 ? json : std::string());
+      statuses[r] = output.finish(summary);
     });
   for (auto& thread : threads) thread.join();
   for (const auto& status : statuses)
@@ -149,17 +211,24 @@ Result<std::vector<std::string>> own_command_line() {
   return argv;
 }
 
-Status launch(const RunOptions& options) {
+// The launcher: every option, the trace file and the --json path are
+// checked once here, before any rank starts.
+void launch(const RunOptions& options, const std::string& json) {
+  if (Status valid = validate_run_options(options); !valid) return set_command_result(valid);
+  if (auto probe = JsonReport::open(json); !probe) return set_command_result(probe.status());
   LaunchOptions launch_options;
-  EPLB_ASSIGN_OR_RETURN(launch_options.argv, own_command_line());
+  auto argv = own_command_line();
+  if (!argv) return set_command_result(argv.status());
+  launch_options.argv = std::move(argv).value();
   setenv("EPLB_RUN_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-  // A backstop only: every wait inside the ranks has its own deadline.
+  // A backstop only: every wait inside the ranks has its own deadline
+  // (Deadline saturates: a huge product is "never", not an overflow).
   double per_layer = (options.migrate.timeout_seconds > 0 ? options.migrate.timeout_seconds : 30.0) + 20.0;
   launch_options.size = options.topology.num_ranks;
   launch_options.deadline = Deadline::after_seconds(
       120.0 + double(options.rounds) * options.topology.num_layers * (options.migrate.retries + 1) * per_layer);
   launch_options.echo_exit_codes = {kExitTimeout, kExitPeerLost};
-  return launch_status(launch_local_ranks(launch_options));
+  set_launch_result(launch_local_ranks(launch_options));
 }
 
 void run_command(const RunArgs& args) {
@@ -168,8 +237,9 @@ void run_command(const RunArgs& args) {
   if (loopback || (!mpi && !local_group_options_from_env())) {
     auto options = build_run_options(args, 0);
     if (!options) return set_command_result(options.status());
-    if (loopback) return set_command_result(run_in_threads(std::move(options).value(), run_labels(args, false), args.json));
-    return set_command_result(launch(*options));
+    if (!loopback) return launch(*options, args.json);
+    if (Status valid = validate_run_options(*options); !valid) return set_command_result(valid);
+    return set_command_result(run_in_threads(std::move(options).value(), run_labels(args, false), args.json));
   }
   auto group = mpi ? make_mpi_group(30, kExitTimeout) : make_local_group(*local_group_options_from_env());
   if (!group) return set_command_result(group.status().with_context(mpi ? "MPI bootstrap" : "local bootstrap"));

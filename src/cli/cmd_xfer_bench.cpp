@@ -10,7 +10,10 @@
 // executable re-exec'd with the hidden --serve-fd option over a socketpair.
 // With --listen PORT a process serves as target for a remote --peer.
 // Target protocol: target sends [u64 buffer address][u64 buffer bytes]
-// [metadata]; then serves 'H' (hash a range, for --check of WRITE) and 'Q'.
+// [metadata]; then serves 'K' (keep-alive, before every row), 'H' (hash a
+// range, for --check of WRITE) and 'Q'. Anything else, or silence longer
+// than --timeout, ends the target with an error (a non-zero exit).
+// --listen binds 127.0.0.1 unless --bind names another local address.
 // The target's side, the control socket and the shared setup are in
 // xfer_bench.h; this file is the initiator's sequence and the command line.
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "command.h"
+#include "options.h"
 #include "common/bytes.h"
 #include "common/text.h"
 #include "eplb/common.h"
@@ -164,6 +168,8 @@ Status check_options(const BenchOptions& options) {
     return error(Code::InvalidArgument,
                  "--target-cpu pins the forked target; with --listen/--peer use --cpu on each side");
   EPLB_TRY(check_cpu(options.target_cpu, "--target-cpu"));  // applied by the target itself
+  EPLB_TRY(check_duration(options.timeout_seconds, "--timeout"));
+  EPLB_TRY(check_duration(options.listen_timeout_seconds, "--listen-timeout"));
   return Status::ok();
 }
 
@@ -199,6 +205,12 @@ Status measure(const BenchOptions& options, Target& target, const std::vector<ui
   std::vector<Row> rows;
   Status measured;
   for (size_t i = 0; i < sizes.size() && measured.is_ok(); ++i) {
+    // A keep-alive before every row: the target gives up on an initiator
+    // silent for longer than --timeout.
+    if (!send_message(target.fd, 'K', {})) {
+      measured = error(Code::RemoteDisconnect, "xfer-bench: the target closed the control socket");
+      break;
+    }
     auto row = run_row(options, *agent, target, op, sizes[i], local.data);
     if (row) rows.push_back(*row);
     else measured = row.status();
@@ -220,7 +232,8 @@ Status run_bench(const BenchOptions& options) {
   const uint64_t bytes = largest * static_cast<uint64_t>(options.batch);
   EPLB_TRY(pin_to_cpu(options.cpu, "--cpu"));
   if (options.listen_port > 0) {
-    EPLB_ASSIGN_OR_RETURN(int fd, accept_one(options.listen_port, options.listen_timeout_seconds));
+    EPLB_ASSIGN_OR_RETURN(int fd,
+                          accept_one(options.bind_address, options.listen_port, options.listen_timeout_seconds));
     Status served = serve(options, fd, bytes);
     ::close(fd);
     return served;
@@ -277,14 +290,20 @@ void add_target_options(CLI::App& command, BenchOptions& options) {
   command.add_option("--target-cpu", options.target_cpu, "pin the forked target to this CPU (-1: no pinning)")
       ->capture_default_str();
   command.add_option("--peer", options.peer, "HOST:PORT of a target started with --listen (default: fork one)");
-  command.add_option("--listen", options.listen_port, "serve as the target for one --peer on this TCP port");
+  command.add_option("--listen", options.listen_port,
+                     "serve as the target for one --peer on this TCP port (1-65535), on --bind's address")
+      ->check(CLI::Range(1, 65535));
+  command.add_option("--bind", options.bind_address,
+                     "the local IPv4 address --listen binds; 0.0.0.0 serves every interface (the target hands its\n"
+                     "buffer's address and remote key to the first client, unauthenticated: bind only where you\n"
+                     "trust every peer)")
+      ->capture_default_str();
   command.add_option("--listen-timeout", options.listen_timeout_seconds,
-                     "seconds --listen waits for its --peer to connect")
-      ->check(CLI::PositiveNumber)
+                     "seconds (at most 86400) --listen waits for its --peer to connect")
       ->capture_default_str();
   command.add_option("--timeout", options.timeout_seconds,
-                     "deadline in seconds for each request, and for each message between initiator and target")
-      ->check(CLI::PositiveNumber)
+                     "deadline in seconds (at most 86400) for each request, and for each message between initiator\n"
+                     "and target")
       ->capture_default_str();
 }
 

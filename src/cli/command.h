@@ -23,6 +23,9 @@ struct CommandRegistrar {
 
 // Records the outcome of the subcommand that ran.
 void set_command_result(Status status);
+// The same with an exit code chosen by the command (128 + a signal number
+// for a run interrupted by that signal, as shells report).
+void set_command_result(Status status, int exit_code);
 
 // Exit codes: 0 ok, 2 invalid argument, 3 bad input file, 4 timeout,
 // 5 peer lost, 1 anything else.
@@ -32,6 +35,9 @@ int exit_code_for(const Status& status);
 // The inverse, for a rank process that exited with `exit_code` (or was
 // killed by a signal: the peer is lost).
 Code code_for_exit(int exit_code, bool signalled);
+// A launch's outcome as this command's result: a forwarded SIGINT/SIGTERM
+// exits 128 + the signal, anything else as launch_status says.
+void set_launch_result(const LaunchResult& launched);
 // A launch's outcome as this command's Status: a failed rank's exit code is
 // mapped back to its code, so the launcher exits as the failing rank did.
 Status launch_status(const LaunchResult& launched);

@@ -21,11 +21,26 @@ std::optional<Status>& command_result() {
   return result;
 }
 
+std::optional<int>& command_exit_code() {
+  static std::optional<int> exit_code;
+  return exit_code;
+}
+
 }  // namespace
 
 CommandRegistrar::CommandRegistrar(int order, CommandAdder adder) { registry().emplace_back(order, adder); }
 
 void set_command_result(Status status) { command_result() = std::move(status); }
+
+void set_command_result(Status status, int exit_code) {
+  command_result() = std::move(status);
+  command_exit_code() = exit_code;
+}
+
+void set_launch_result(const LaunchResult& launched) {
+  if (launched.forwarded_signal != 0) return set_command_result(launched.status, 128 + launched.forwarded_signal);
+  set_command_result(launch_status(launched));
+}
 
 int exit_code_for(const Status& status) {
   switch (status.code()) {
@@ -83,7 +98,7 @@ int main(int argc, char** argv) {
   if (!result) return 0;
   if (!result->is_ok()) {
     std::fprintf(stderr, "eplb: %s\n", result->to_string().c_str());
-    return exit_code_for(*result);
+    return command_exit_code().value_or(exit_code_for(*result));
   }
   return 0;
 }

@@ -4,7 +4,8 @@
 #include <fmt/format.h>
 
 #include "common/text.h"
-
+#include "eplb/bootstrap.h"
+#include "options.h"
 
 namespace eplb::cli {
 namespace {
@@ -43,8 +44,14 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
   options.agent.transports = args.transport == "shm" ? kSharedMemoryTransports
                              : args.transport == "tcp" ? kTcpTransports
                                                        : "";
+  // TCP listens on the devices UCX is told to use: this machine's loopback
+  // when the local launcher starts every rank here, UCX's choice (every
+  // interface) under mpirun unless --net-devices or UCX_NET_DEVICES says.
+  const bool local = args.bootstrap == "local" && !launched_by_mpirun();
+  if (args.transport == "tcp")
+    options.agent.net_devices = !args.net_devices.empty() ? args.net_devices : local ? "lo" : "";
   options.agent.fault_spec = args.inject;
-  if (args.timeout < 0) return error(Code::InvalidArgument, "--timeout must be >= 0 (0: automatic)");
+  EPLB_TRY(check_duration(args.timeout, "--timeout", true));
   if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");
   options.migrate.timeout_seconds = args.timeout;
   options.migrate.retries = args.retries;
@@ -53,6 +60,7 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
 
 Status set_load(const RunArgs& args, RunOptions& options) {
   options.trace_path = args.trace;
+  EPLB_ASSIGN_OR_RETURN(options.max_input_bytes, parse_max_input_bytes(args.max_input_bytes));
   if (args.dist == "zipf")
     options.generate.distribution = LoadDistribution::Zipf;
   else if (args.dist == "lognormal")
@@ -100,6 +108,7 @@ void add_load_options(CLI::App& run, RunArgs& args) {
   run.add_option("--seed", args.seed, "seed of the generated trace")->capture_default_str();
   run.add_option("--window", args.window, "trace steps per round (summed into the round's load)")->capture_default_str();
   run.add_option("--threads", args.threads, "threads for the placement policy")->capture_default_str();
+  add_max_input_bytes(run, args.max_input_bytes);
 }
 
 void add_transfer_options(CLI::App& run, RunArgs& args) {
@@ -107,18 +116,25 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
                  "shm (UCX over shared memory: posix,sysv,cma,self), tcp (UCX over TCP: tcp,self) or loopback (all\n"
                  "ranks as threads of this process, in-process copies). A UCX_TLS set in the environment wins")
       ->capture_default_str();
+  run.add_option("--net-devices", args.net_devices,
+                 "with --transport tcp: the network devices UCX uses and listens on, in UCX_NET_DEVICES syntax (e.g.\n"
+                 "lo, eth0, mlx5_0:1); default lo with the local launcher (every rank on this machine), every\n"
+                 "interface under mpirun. A UCX_NET_DEVICES in the environment wins; the report names the devices");
   run.add_option("--bootstrap", args.bootstrap,
                  "local (this command starts --ranks processes) or mpi (each process started by mpirun is a rank)")
       ->capture_default_str();
   run.add_option("--timeout", args.timeout,
-                 "seconds one layer's transfers may take (0: automatic, 5 s + 1 s per 256 MiB read by a rank)")
+                 "seconds one layer's transfers may take, at most 86400 (0: automatic, 5 s + 1 s per 256 MiB read by\n"
+                 "a rank)")
       ->capture_default_str();
   run.add_option("--retries", args.retries, "extra attempts of a failed layer before the round stops")
       ->capture_default_str();
   run.add_option("--inject", args.inject,
                  "fault spec for the faulty transfer backend, e.g. err=0.01,stall=0.005,corrupt=0.005,delay_ms=5,\n"
                  "disconnect_after=100,seed=7");
-  run.add_option("--json", args.json, "write the report (per round and per layer) to this JSON file (rank 0)");
+  run.add_option("--json", args.json,
+                 "write the report (per round and per layer) to this JSON file (rank 0): created before any work,\n"
+                 "each round appended as it ends, renamed into place when the run ends (also when it stops)");
 }
 
 }  // namespace

@@ -29,11 +29,13 @@ struct RunArgs {
   int window = 20;
   std::string transport = "shm";
   std::string bootstrap = "local";
+  std::string net_devices;
   double timeout = 0;
   int retries = 2;
   std::string inject;
   std::string json;
   int threads = 1;
+  std::string max_input_bytes;
   // Which options the user gave (they override a preset / the group size).
   CLI::Option* ranks_option = nullptr;
   CLI::Option* nodes_option = nullptr;

@@ -29,7 +29,8 @@ struct BenchOptions {
   std::string backend = "ucx";
   std::string memory = "ucx";  // ucx: Agent::allocate_memory; user: heap + register_memory
   std::string peer;
-  int listen_port = 0;
+  int listen_port = 0;                  // 0: fork a target (--listen takes 1-65535)
+  std::string bind_address = "127.0.0.1";  // where --listen binds
   double listen_timeout_seconds = 600;  // how long --listen waits for its --peer
   int serve_fd = -1;
   bool check = false;
@@ -51,10 +52,10 @@ bool receive_message(int fd, char* type, std::vector<uint8_t>* payload);
 // Bounds every blocking read and write on `fd` to `seconds` (then they fail).
 void set_io_timeout(int fd, double seconds);
 // Message fields are little-endian (common/bytes.h).
-// Connects to HOST:PORT.
+// Connects to HOST:PORT (PORT 1-65535).
 Result<int> connect_to(const std::string& peer);
-// Waits up to `timeout_seconds` for one connection on `port`.
-Result<int> accept_one(int port, double timeout_seconds);
+// Waits up to `timeout_seconds` for one connection on `bind_address`:`port`.
+Result<int> accept_one(const std::string& bind_address, int port, double timeout_seconds);
 
 // --- content for --check ----------------------------------------------------------
 

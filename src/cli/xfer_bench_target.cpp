@@ -89,8 +89,40 @@ Status pin_to_cpu(int cpu, const char* what) {
 // with 1 MiB copies ~75 us slower in latency dumps on a 2-vCPU VM.
 namespace {
 
-void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_ms) {
+// One message from the initiator: 'K' (keep-alive), 'H' (hash a range) or
+// 'Q'. False when the session ends ('Q'); a malformed message, a peer that
+// vanished without 'Q', or an unknown type is an error.
+Result<bool> answer(int fd, const Buffer& buffer) {
+  char type = 0;
+  std::vector<uint8_t> payload;
+  if (!receive_message(fd, &type, &payload))
+    return error(Code::RemoteDisconnect,
+                 "xfer-bench target: the initiator closed the control socket without 'Q', or sent a truncated or "
+                 "oversized message");
+  if (type == 'Q') return false;
+  if (type == 'K') return true;
+  if (type != 'H' || payload.size() != 16)
+    return error(Code::ParseError, fmt::format("xfer-bench target: malformed control message (type 0x{:02x}, {} "
+                                               "bytes; expected 'K', 'Q', or 'H' with 16 bytes)",
+                                               uint8_t(type), payload.size()));
+  bytes::Reader range(payload);
+  const uint64_t offset = range.u64(), length = range.u64();
+  const bool inside = range.ok() && offset <= buffer.size && length <= buffer.size - offset;
+  bytes::Writer reply;
+  reply.u64(inside ? bytes::checksum(std::span<const uint8_t>(buffer.data + offset, length)) : 0);
+  if (!send_message(fd, 'h', reply.take_vector()))
+    return error(Code::RemoteDisconnect, "xfer-bench target: cannot answer 'H'");
+  return true;
+}
+
+// Until 'Q'. An initiator silent for longer than `idle_seconds` (it sends a
+// keep-alive before every row) is a Timeout.
+Status serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_ms, double idle_seconds) {
+  Deadline idle = Deadline::after_seconds(idle_seconds);
   for (;;) {
+    if (idle.expired())
+      return error(Code::Timeout, fmt::format("xfer-bench target: no message from the initiator for {} (--timeout)",
+                                              format_seconds(idle_seconds)));
     if (busy) {
       const Stopwatch slice;
       while (slice.seconds() < 1e-3) {
@@ -102,24 +134,15 @@ void serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int poll_
     }
     pollfd readable{fd, POLLIN, 0};
     if (::poll(&readable, 1, busy ? 0 : poll_ms) <= 0) continue;
-    char type = 0;
-    std::vector<uint8_t> payload;
-    if (!receive_message(fd, &type, &payload) || type == 'Q') return;
-    if (type == 'H') {
-      bytes::Reader range(payload);
-      const uint64_t offset = range.u64(), length = range.u64();
-      const bool inside = range.ok() && offset <= buffer.size && length <= buffer.size - offset;
-      bytes::Writer reply;
-      reply.u64(inside ? bytes::checksum(std::span<const uint8_t>(buffer.data + offset, length)) : 0);
-      if (!send_message(fd, 'h', reply.take_vector())) return;
-    }
+    EPLB_ASSIGN_OR_RETURN(bool more, answer(fd, buffer));
+    if (!more) return Status::ok();
+    idle = Deadline::after_seconds(idle_seconds);
   }
 }
 
-
 }  // namespace
 
-// Serves one initiator on `fd` until 'Q' or EOF.
+// Serves one initiator on `fd` until 'Q'.
 Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
   set_io_timeout(fd, options.timeout_seconds);  // the loop polls before it reads; a message must then follow
   EPLB_ASSIGN_OR_RETURN(auto agent, make_agent(options, "xfer-bench-target"));
@@ -132,9 +155,9 @@ Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
   hello.raw(std::span<const uint8_t>(metadata));
   if (!send_message(fd, 'M', hello.take_vector())) return error(Code::IoError, "xfer-bench target: cannot send metadata");
   const bool busy = options.target_spin || options.transport != "shm" || options.memory != "ucx";
-  serve_loop(*agent, fd, buffer, busy, options.target_poll_ms);
+  Status served = serve_loop(*agent, fd, buffer, busy, options.target_poll_ms, options.timeout_seconds);
   agent.reset();  // deregisters before a heap buffer is freed
-  return Status::ok();
+  return served;
 }
 
 }  // namespace eplb::cli::xfer_bench

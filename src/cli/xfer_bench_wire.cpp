@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "common/bytes.h"
+#include "common/text.h"
 #include "xfer_bench.h"
 
 namespace eplb::cli::xfer_bench {
@@ -89,6 +90,7 @@ Result<int> connect_to(const std::string& peer) {
   const auto colon = peer.rfind(':');
   if (colon == std::string::npos) return error(Code::InvalidArgument, "--peer must be HOST:PORT, got '" + peer + "'");
   const std::string host = peer.substr(0, colon), port = peer.substr(colon + 1);
+  if (auto number = text::parse_int_in(port, "--peer port", 1, 65535); !number) return number.status();
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
@@ -108,21 +110,26 @@ Result<int> connect_to(const std::string& peer) {
   return fd;
 }
 
-// Waits up to `timeout_seconds` for one connection on `port`.
-Result<int> accept_one(int port, double timeout_seconds) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (listener < 0) return error(Code::IoError, "socket failed");
-  const int yes = 1;
-  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+// Waits up to `timeout_seconds` for one connection on `bind_address`:`port`.
+Result<int> accept_one(const std::string& bind_address, int port, double timeout_seconds) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (port < 1 || port > 65535)
+    return error(Code::InvalidArgument, fmt::format("--listen: port {} is not in 1-65535", port));
+  if (::inet_pton(AF_INET, bind_address.c_str(), &address.sin_addr) != 1)
+    return error(Code::InvalidArgument, "--bind: '" + bind_address + "' is not an IPv4 address");
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) return error(Code::IoError, "socket failed");
+  const int yes = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 1) != 0) {
+    const int saved = errno;
     ::close(listener);
-    return error(Code::IoError, fmt::format("--listen: cannot listen on port {}", port));
+    return error(Code::IoError, fmt::format("--listen: cannot listen on {}:{}: {}", bind_address, port,
+                                            std::strerror(saved)));
   }
-  std::fprintf(stderr, "xfer-bench: target listening on port %d (for %s)\n", port,
+  std::fprintf(stderr, "xfer-bench: target listening on %s:%d (for %s)\n", bind_address.c_str(), port,
                format_seconds(timeout_seconds).c_str());
   const Deadline deadline = Deadline::after_seconds(timeout_seconds);
   for (;;) {

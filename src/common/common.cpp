@@ -4,6 +4,20 @@
 
 namespace eplb {
 
+Deadline Deadline::after(std::chrono::nanoseconds timeout) {
+  const Clock::time_point now = Clock::now();
+  if (timeout.count() <= 0) return Deadline(now);
+  if (timeout > Clock::time_point::max() - now) return Deadline(Clock::time_point::max());
+  return Deadline(now + std::chrono::duration_cast<Clock::duration>(timeout));
+}
+
+Deadline Deadline::after_seconds(double seconds) {
+  if (!(seconds > 0)) return after(std::chrono::nanoseconds(0));  // NaN too
+  // int64 nanoseconds hold about 292 years; anything longer is "never".
+  if (seconds >= 9.2e9) return Deadline(Clock::time_point::max());
+  return after(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+}
+
 std::chrono::nanoseconds Deadline::remaining() const {
   auto left = at_ - Clock::now();
   return left.count() > 0 ? std::chrono::duration_cast<std::chrono::nanoseconds>(left)

@@ -3,13 +3,18 @@
 #include <fmt/format.h>
 #include "io_util.h"
 
+#include "common/files.h"
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 namespace eplb::io {
 
@@ -20,57 +25,74 @@ Status file_error(Code code, std::string_view name, std::string_view what) {
   return Status(code, std::move(message));
 }
 
-Result<std::vector<uint8_t>> read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+Result<RegularFile> RegularFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return file_error(Code::IoError, path, std::string("cannot open: ") + std::strerror(errno));
-  std::vector<uint8_t> bytes;
-  size_t used = 0;
-  for (;;) {
-    if (bytes.size() - used < 65536) bytes.resize(std::max<size_t>(bytes.size() * 2, used + 65536));
-    ssize_t got = ::read(fd, bytes.data() + used, bytes.size() - used);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    int saved = errno;
+    ::close(fd);
+    return file_error(Code::IoError, path, std::string("cannot stat: ") + std::strerror(saved));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return file_error(Code::IoError, path,
+                      fmt::format("is {}; input files must be regular files", file_kind(info.st_mode)));
+  }
+  return RegularFile(fd, uint64_t(info.st_size));
+}
+
+RegularFile::~RegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status RegularFile::read_up_to(std::vector<uint8_t>& bytes, uint64_t total, std::string_view name) {
+  if (total <= bytes.size()) return Status::ok();
+  size_t used = bytes.size();
+  bytes.resize(size_t(total));
+  while (used < bytes.size()) {
+    ssize_t got = ::read(fd_, bytes.data() + used, std::min<size_t>(bytes.size() - used, size_t(1) << 24));
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got < 0) {
-      if (errno == EINTR) continue;
       int saved = errno;
-      ::close(fd);
-      return file_error(Code::IoError, path, fmt::format("cannot read at byte {}: {}", used, std::strerror(saved)));
+      return file_error(Code::IoError, name, fmt::format("cannot read at byte {}: {}", used, std::strerror(saved)));
     }
     if (got == 0) break;
     used += size_t(got);
   }
-  ::close(fd);
   bytes.resize(used);
+  return Status::ok();
+}
+
+Result<std::vector<uint8_t>> read_text_input(const std::string& path, uint64_t max_bytes) {
+  EPLB_ASSIGN_OR_RETURN(RegularFile file, RegularFile::open(path));
+  auto too_large = [&](uint64_t seen) {
+    return file_error(Code::IoError, path,
+                      fmt::format("{} {} bytes, more than the text input limit of {} bytes (max-input-bytes)",
+                                  seen > file.size() ? "grew past" : "is", seen, max_bytes));
+  };
+  if (file.size() > max_bytes) return too_large(file.size());
+  std::vector<uint8_t> bytes;
+  // One byte more than the limit tells a file that grew while being read.
+  EPLB_TRY(file.read_up_to(bytes, std::min(max_bytes, file.size()) + 1, path));
+  if (bytes.size() > max_bytes) return too_large(bytes.size());
   return bytes;
 }
 
-Status write_file(const std::string& path, std::string_view bytes) {
-  std::string temporary = fmt::format("{}.tmp.{}", path, ::getpid());
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return file_error(Code::IoError, path, std::string("cannot create: ") + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t wrote = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (wrote < 0) {
-      if (errno == EINTR) continue;
-      int saved = errno;
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      return file_error(Code::IoError, path,
-                        fmt::format("cannot write {} bytes: {}", bytes.size(), std::strerror(saved)));
-    }
-    done += size_t(wrote);
-  }
-  if (::close(fd) != 0) {
-    int saved = errno;
-    ::unlink(temporary.c_str());
-    return file_error(Code::IoError, path, std::string("cannot close: ") + std::strerror(saved));
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    int saved = errno;
-    ::unlink(temporary.c_str());
-    return file_error(Code::IoError, path, std::string("cannot rename into place: ") + std::strerror(saved));
-  }
-  return Status::ok();
-}
+Status write_file(const std::string& path, std::string_view bytes) { return files::write_atomically(path, bytes); }
 
 std::string extension_of(const std::string& path) {
   size_t slash = path.find_last_of('/');

@@ -15,8 +15,33 @@ namespace eplb::io {
 // "<name>: <what>" as a status of the given code.
 Status file_error(Code code, std::string_view name, std::string_view what);
 
-// Reads a whole file. IoError naming the path and the system's reason.
-Result<std::vector<uint8_t>> read_file(const std::string& path);
+// An input file opened with O_NONBLOCK (a FIFO cannot hang the open) and
+// kept only if it is a regular file: a FIFO, device, socket or directory is
+// IoError at once, naming what it is. Closes itself.
+class RegularFile {
+ public:
+  static Result<RegularFile> open(const std::string& path);
+  RegularFile(RegularFile&& other) noexcept : fd_(other.fd_), size_(other.size_) { other.fd_ = -1; }
+  RegularFile& operator=(RegularFile&&) = delete;
+  ~RegularFile();
+  uint64_t size() const { return size_; }  // as fstat saw it when opened
+  // Appends bytes from the current position until `bytes` holds `total`
+  // bytes or the file ends; never reads past `total`. Callers keep `total`
+  // within size() (+1): the buffer is sized to it up front.
+  Status read_up_to(std::vector<uint8_t>& bytes, uint64_t total, std::string_view name);
+
+ private:
+  RegularFile(int fd, uint64_t size) : fd_(fd), size_(size) {}
+  int fd_;
+  uint64_t size_;
+};
+
+// Reads a whole regular text file of at most `max_bytes` bytes: a larger
+// one is IoError naming both sizes, before (or, if it grows, while) reading.
+Result<std::vector<uint8_t>> read_text_input(const std::string& path, uint64_t max_bytes);
+// Reads and parses a regular .npy file, reading no more bytes than its
+// header declares (load_npy.cpp).
+Result<LoadTrace> read_npy_input(const std::string& path);
 // Writes a whole file atomically (temporary file in the same directory, then rename).
 Status write_file(const std::string& path, std::string_view bytes);
 

@@ -18,14 +18,14 @@ namespace {
 
 using io::file_error;
 
-Result<LoadTrace> parse_by_extension(const std::string& path) {
+Result<LoadTrace> parse_by_extension(const std::string& path, uint64_t max_text_bytes) {
   std::string extension = io::extension_of(path);
   if (extension != ".npy" && extension != ".csv" && extension != ".json")
     return file_error(Code::Unsupported, path,
                       "unknown load file extension '" + extension + "' (expected .npy, .csv or .json)");
-  EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, io::read_file(path));
+  if (extension == ".npy") return io::read_npy_input(path);
+  EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, io::read_text_input(path, max_text_bytes));
   std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  if (extension == ".npy") return parse_npy(bytes, path);
   if (extension == ".csv") return parse_load_csv(text, path);
   return parse_load_json(text, path);
 }
@@ -78,10 +78,12 @@ LoadMatrix LoadTrace::sum(int first, int count) const {
   return matrix;
 }
 
-Result<LoadTrace> read_load_trace(const std::string& path) { return parse_by_extension(path); }
+Result<LoadTrace> read_load_trace(const std::string& path, uint64_t max_text_bytes) {
+  return parse_by_extension(path, max_text_bytes);
+}
 
-Result<LoadMatrix> read_load_file(const std::string& path, int expected_experts) {
-  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, parse_by_extension(path));
+Result<LoadMatrix> read_load_file(const std::string& path, int expected_experts, uint64_t max_text_bytes) {
+  EPLB_ASSIGN_OR_RETURN(LoadTrace trace, parse_by_extension(path, max_text_bytes));
   if (expected_experts > 0 && trace.num_experts != expected_experts)
     return file_error(
         Code::ParseError, path,

@@ -243,7 +243,9 @@ struct Frame {
   uint64_t header_length = 0;
 };
 
-Result<Frame> check_frame(std::span<const uint8_t> bytes, std::string_view name) {
+// The magic, the version and the header length field (the header itself
+// may lie beyond `bytes`).
+Result<Frame> check_prefix(std::span<const uint8_t> bytes, std::string_view name) {
   if (bytes.empty()) return file_error(Code::ParseError, name, "empty file (expected a .npy array)");
   size_t magic_seen = std::min(bytes.size(), sizeof kMagic);
   if (std::memcmp(bytes.data(), kMagic, magic_seen) != 0)
@@ -268,6 +270,11 @@ Result<Frame> check_frame(std::span<const uint8_t> bytes, std::string_view name)
     return file_error(Code::ParseError, name,
                       fmt::format("byte {}: truncated in the header length field", bytes.size()));
   frame.header_length = load_little_endian(bytes.data() + 8, int(length_bytes));
+  return frame;
+}
+
+Result<Frame> check_frame(std::span<const uint8_t> bytes, std::string_view name) {
+  EPLB_ASSIGN_OR_RETURN(Frame frame, check_prefix(bytes, name));
   if (frame.header_length > bytes.size() - frame.header_start)
     return file_error(Code::ParseError, name,
                       fmt::format("byte 8: truncated: the header claims {} bytes but only {} "
@@ -354,36 +361,85 @@ Status decode_values(const uint8_t* data, size_t data_start, const Dtype& dtype,
   return Status::ok();
 }
 
-}  // namespace
+// What the header says: the element type, the shape and where the data starts.
+struct Layout {
+  Header header;
+  Dtype dtype;
+  uint64_t count = 0;
+  size_t data_start = 0;
+  uint64_t data_bytes() const { return count * uint64_t(dtype.size); }
+};
 
-Result<LoadTrace> parse_npy(std::span<const uint8_t> bytes, std::string_view name) {
+// `bytes` holds at least the whole header.
+Result<Layout> parse_layout(std::span<const uint8_t> bytes, std::string_view name) {
   EPLB_ASSIGN_OR_RETURN(Frame frame, check_frame(bytes, name));
   std::string_view header_text(reinterpret_cast<const char*>(bytes.data()) + frame.header_start,
                                size_t(frame.header_length));
-  Header header;
-  EPLB_TRY(HeaderParser(header_text, frame.header_start, name).parse(header));
-  EPLB_ASSIGN_OR_RETURN(Dtype dtype, parse_descr(header.descr, name, frame.header_start));
-  EPLB_ASSIGN_OR_RETURN(uint64_t count, check_shape(header, dtype, frame.header_start, name));
-  const size_t data_start = frame.header_start + size_t(frame.header_length);
-  const uint64_t needed = count * uint64_t(dtype.size), available = bytes.size() - data_start;
+  Layout layout;
+  EPLB_TRY(HeaderParser(header_text, frame.header_start, name).parse(layout.header));
+  EPLB_ASSIGN_OR_RETURN(layout.dtype, parse_descr(layout.header.descr, name, frame.header_start));
+  EPLB_ASSIGN_OR_RETURN(layout.count, check_shape(layout.header, layout.dtype, frame.header_start, name));
+  layout.data_start = frame.header_start + size_t(frame.header_length);
+  return layout;
+}
+
+Status extra_bytes_error(const Layout& layout, uint64_t file_size, std::string_view name) {
+  const uint64_t end = layout.data_start + layout.data_bytes();
+  return file_error(Code::ParseError, name,
+                    fmt::format("byte {}: {} unexpected bytes after the data of shape {}", end, file_size - end,
+                                shape_text(layout.header.shape)));
+}
+
+// The largest .npy header read (NumPy writes a few hundred bytes; its own
+// reader refuses more than 10000 by default).
+constexpr uint64_t kMaxHeaderBytes = uint64_t(1) << 20;
+
+}  // namespace
+
+Result<LoadTrace> parse_npy(std::span<const uint8_t> bytes, std::string_view name) {
+  EPLB_ASSIGN_OR_RETURN(Layout layout, parse_layout(bytes, name));
+  const Header& header = layout.header;
+  const size_t data_start = layout.data_start;
+  const uint64_t needed = layout.data_bytes(), available = bytes.size() - data_start;
   if (available < needed)
     return file_error(
         Code::ParseError, name,
         fmt::format("byte {}: truncated: shape {} of {} needs {} data bytes after byte {}, the file "
                     "has {}",
                     bytes.size(), shape_text(header.shape), quoted(header.descr), needed, data_start, available));
-  if (available > needed)
-    return file_error(Code::ParseError, name,
-                      fmt::format("byte {}: {} unexpected bytes after the data of shape {}", data_start + needed,
-                                  available - needed, shape_text(header.shape)));
+  if (available > needed) return extra_bytes_error(layout, bytes.size(), name);
   LoadTrace trace;
   const bool three_d = header.shape.size() == 3;
   trace.num_steps = three_d ? int(header.shape[0]) : 1;
   trace.num_layers = int(header.shape[three_d ? 1 : 0]);
   trace.num_experts = int(header.shape[three_d ? 2 : 1]);
-  trace.values.resize(size_t(count));
-  EPLB_TRY(decode_values(bytes.data() + data_start, data_start, dtype, three_d, trace, name));
+  trace.values.resize(size_t(layout.count));
+  EPLB_TRY(decode_values(bytes.data() + data_start, data_start, layout.dtype, three_d, trace, name));
   return trace;
+}
+
+// Reads the prefix, then the header (at most kMaxHeaderBytes), then exactly
+// the data the header declares; a file of another size is refused before
+// its data is read.
+Result<LoadTrace> io::read_npy_input(const std::string& path) {
+  EPLB_ASSIGN_OR_RETURN(io::RegularFile file, io::RegularFile::open(path));
+  std::vector<uint8_t> bytes;
+  EPLB_TRY(file.read_up_to(bytes, std::min<uint64_t>(file.size(), 12), path));
+  EPLB_ASSIGN_OR_RETURN(Frame frame, check_prefix(bytes, path));
+  if (frame.header_length > kMaxHeaderBytes)
+    return file_error(Code::ParseError, path,
+                      fmt::format("byte 8: the header claims {} bytes, more than the {} a .npy header may have",
+                                  frame.header_length, kMaxHeaderBytes));
+  const uint64_t header_end = frame.header_start + frame.header_length;
+  EPLB_TRY(file.read_up_to(bytes, std::min(header_end, file.size()), path));
+  if (header_end > file.size()) return parse_npy(bytes, path);  // names the truncation
+  EPLB_ASSIGN_OR_RETURN(Layout layout, parse_layout(bytes, path));
+  const uint64_t declared = layout.data_bytes() > UINT64_MAX - layout.data_start
+                                ? UINT64_MAX
+                                : layout.data_start + layout.data_bytes();
+  if (file.size() > declared) return extra_bytes_error(layout, file.size(), path);
+  EPLB_TRY(file.read_up_to(bytes, std::min(declared, file.size()), path));
+  return parse_npy(bytes, path);
 }
 
 std::vector<uint8_t> encode_npy_float64(const std::vector<size_t>& shape, const std::vector<double>& values) {

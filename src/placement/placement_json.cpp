@@ -273,8 +273,8 @@ Result<PlacementFile> parse_placement_json(std::string_view text, std::string_vi
   return file;
 }
 
-Result<PlacementFile> read_placement_file(const std::string& path) {
-  EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, io::read_file(path));
+Result<PlacementFile> read_placement_file(const std::string& path, uint64_t max_text_bytes) {
+  EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, io::read_text_input(path, max_text_bytes));
   return parse_placement_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
 }
 

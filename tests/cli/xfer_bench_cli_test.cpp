@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -94,6 +95,61 @@ TEST(XferBenchCli, PeerGivesUpOnAStoppedTarget) {
   EXPECT_NE(run.output.find("the target did not send its metadata within 1.0 s"), std::string::npos) << run.output;
 }
 
+// Issue 17 row 7: what listens. The listening socket as /proc/net/tcp shows
+// it while the target waits: "ADDRESS:PORT" in hex, state 0A (LISTEN).
+std::string listening_line(const std::string& bind_arguments, const std::string& port) {
+  const std::string eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
+  const std::string script = eplb + " xfer-bench --listen " + port + " --listen-timeout 2 " + bind_arguments +
+                             " & t=$!; sleep 0.7; cat /proc/net/tcp; wait $t";
+  BoundedRun run = run_bounded("sh -c '" + script + "'", "EPLB_LOG=warn", 30);
+  const std::string hex_port = fmt::format(":{:04X} ", std::stoi(port));
+  for (size_t at = run.output.find(hex_port); at != std::string::npos; at = run.output.find(hex_port, at + 1)) {
+    const size_t line = run.output.rfind('\n', at) + 1;
+    const std::string text = run.output.substr(line, run.output.find('\n', at) - line);
+    if (text.find(hex_port + "00000000:0000 0A") != std::string::npos) return text;
+  }
+  return "no listening socket on port " + port + " in:\n" + run.output;
+}
+
+TEST(XferBenchCli, ListenBindsLoopbackUnlessBindSaysOtherwise) {
+  const std::string port = test_port(3);
+  EXPECT_NE(listening_line("", port).find(" 0100007F:"), std::string::npos) << listening_line("", port);
+  const std::string every = listening_line("--bind 0.0.0.0", port);
+  EXPECT_NE(every.find(" 00000000:"), std::string::npos) << every;
+}
+
+TEST(XferBenchCli, ListenAndPeerCompleteAcrossKeepAlives) {
+  const std::string port = test_port(6), eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
+  const std::string script = eplb + " xfer-bench --listen " + port + " --transport tcp --block-sizes 4K,8K --check" +
+                             " & t=$!; sleep 0.7; " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
+                             " --transport tcp --block-sizes 4K,8K --check; echo initiator=$?; wait $t; echo target=$?";
+  BoundedRun run = run_bounded("sh -c '" + script + "'", "EPLB_LOG=warn", 60);
+  EXPECT_NE(run.output.find("initiator=0"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("target=0"), std::string::npos) << run.output;
+}
+
+TEST(XferBenchCli, MalformedMessageEndsTheTargetWithAnError) {
+  const std::string port = test_port(4);
+  const std::string script = std::string(EPLB_BINARY_DIR) + "/eplb xfer-bench --listen " + port +
+                             " --block-sizes 4K --timeout 5 & t=$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/" + port +
+                             "; printf \"Z\\000\\000\\000\\000\\000\\000\\000\\000\" >&3; wait $t; echo exit=$?";
+  BoundedRun run = run_bounded("bash -c '" + script + "'", "EPLB_LOG=warn", 30);
+  EXPECT_NE(run.output.find("exit=3"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("malformed control message (type 0x5a, 0 bytes"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 10.0);
+}
+
+TEST(XferBenchCli, SilentClientTimesOutAfterTimeout) {
+  const std::string port = test_port(5);
+  const std::string script = std::string(EPLB_BINARY_DIR) + "/eplb xfer-bench --listen " + port +
+                             " --block-sizes 4K --timeout 1 & t=$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/" + port +
+                             "; wait $t; echo exit=$?";
+  BoundedRun run = run_bounded("bash -c '" + script + "'", "EPLB_LOG=warn", 30);
+  EXPECT_NE(run.output.find("exit=4"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("no message from the initiator for 1.0 s (--timeout)"), std::string::npos) << run.output;
+  EXPECT_LT(run.seconds, 10.0);
+}
+
 TEST(XferBenchCli, BadOptionsAreRefusedWithTheReason) {
   struct Case {
     const char* arguments;
@@ -110,8 +166,19 @@ TEST(XferBenchCli, BadOptionsAreRefusedWithTheReason) {
       {"--block-sizes 1M..4K", "--block-sizes: range '1M..4K' is empty"},
       {"--batch 0", "--batch must be 1..65536"},
       {"--peer nocolon", "--peer must be HOST:PORT"},
+      {"--peer 127.0.0.1:70000", "--peer port"},
+      {"--peer 127.0.0.1:0", "--peer port"},
+      {"--listen 0", "--listen: Value 0 not in range 1 to 65535"},
+      {"--listen 70000", "--listen: Value 70000 not in range 1 to 65535"},
+      {"--listen 5000 --bind localhost", "--bind: 'localhost' is not an IPv4 address"},
       {"--target-poll-ms 0", "--target-poll-ms: Value 0 not in range 1 to 1000"},
-      {"--timeout 0", "--timeout: Value 0 not in range"},
+      // Issue 17 row 8: every duration finite, > 0 and at most a day.
+      {"--timeout 0", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout inf", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout nan", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout 1e10", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--timeout -1", "--timeout must be a number of seconds in (0, 86400]"},
+      {"--listen-timeout 1e300", "--listen-timeout must be a number of seconds in (0, 86400]"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arguments);

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <limits>
+
 #include <atomic>
 #include <thread>
 
@@ -77,6 +80,27 @@ TEST(Common, DeadlineExpires) {
   EXPECT_TRUE(deadline.expired());
   EXPECT_EQ(deadline.remaining().count(), 0);
   EXPECT_TRUE(Deadline(Clock::now()).expired());
+}
+
+// Issue 17 row 8: 1e10 s used to overflow int64 nanoseconds into a deadline
+// in the past (ranks killed after 11 ms). Deadlines saturate instead.
+TEST(Common, DeadlinesSaturate) {
+  const double one_year = 365.0 * 86400;
+  for (double huge : {1e10, 1e300, std::numeric_limits<double>::infinity(), double(INT64_MAX)}) {
+    Deadline never = Deadline::after_seconds(huge);
+    EXPECT_FALSE(never.expired()) << huge;
+    EXPECT_GT(never.remaining_seconds(), one_year) << huge;
+  }
+  EXPECT_EQ(Deadline::after_seconds(std::numeric_limits<double>::infinity()).at(), Clock::time_point::max());
+  EXPECT_EQ(Deadline::after(std::chrono::nanoseconds::max()).at(), Clock::time_point::max());
+  for (double none : {0.0, -1.0, -1e300, std::numeric_limits<double>::quiet_NaN()}) {
+    EXPECT_TRUE(Deadline::after_seconds(none).expired()) << none;
+    EXPECT_EQ(Deadline::after_seconds(none).remaining().count(), 0) << none;
+  }
+  EXPECT_TRUE(Deadline::after(std::chrono::nanoseconds::min()).expired());
+  Deadline day = Deadline::after_seconds(86400);
+  EXPECT_GT(day.remaining_seconds(), 86399.0);
+  EXPECT_LE(day.remaining_seconds(), 86400.0);
 }
 
 TEST(Common, ParallelForVisitsEveryIndexOnce) {

@@ -1,0 +1,46 @@
+// Checks shared by the subcommands' options (options.h).
+#include "options.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "common/text.h"
+
+namespace eplb::cli {
+
+Status check_duration(double seconds, std::string_view flag, bool zero_is_automatic) {
+  if (zero_is_automatic && seconds == 0) return Status::ok();
+  if (std::isfinite(seconds) && seconds > 0 && seconds <= kMaxDurationSeconds) return Status::ok();
+  return error(Code::InvalidArgument,
+               fmt::format("{} must be a number of seconds in (0, {}] (one day){}, got {}", flag, kMaxDurationSeconds,
+                           zero_is_automatic ? " or 0 (automatic)" : "", seconds));
+}
+
+CLI::Validator duration_seconds() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        auto seconds = text::parse_double_nearest(text, "duration");
+        if (!seconds) return seconds.status().message();
+        Status valid = check_duration(*seconds, "the value");
+        return valid ? std::string() : valid.message();
+      },
+      "SECONDS in (0, 86400]");
+}
+
+void add_max_input_bytes(CLI::App& command, std::string& value) {
+  value = "1GiB";
+  command
+      .add_option("--max-input-bytes", value,
+                  "largest text input file (.csv, .json) read, e.g. 256MiB, 4GiB; a larger one is refused before it\n"
+                  "is read (.npy files are read exactly as far as their header declares). Inputs must be regular files")
+      ->capture_default_str();
+}
+
+Result<uint64_t> parse_max_input_bytes(const std::string& value) {
+  auto bytes = parse_byte_size(value);
+  if (!bytes) return bytes.status().with_context("--max-input-bytes");
+  return *bytes;
+}
+
+}  // namespace eplb::cli

@@ -178,6 +178,22 @@ TEST(AsyncMigration, StallSurfacesAtCommitReadyAndKeepsOldLayersOld) {
   }
 }
 
+TEST(AsyncMigration, VanishedPeerStopsTheRoundWithCommittedLayersAlike) {
+  Scenario scenario;
+  scenario.topology = {4, 8, 12, 2, 2, 2};
+  scenario.fault_spec = "disconnect_after=2";
+  scenario.options.retries = 2;
+  auto results = run_async(scenario, shuffled_placement(scenario.topology, 5));
+  expect_consistent(results);
+  for (const auto& result : results) {
+    ASSERT_FALSE(result.failure);
+    EXPECT_NE(result.failure.message().find("peer vanished"), std::string::npos) << result.failure.message();
+    EXPECT_GE(result.report.layers_committed(), 1);
+    EXPECT_LT(result.report.layers_committed(), scenario.topology.num_layers);
+    EXPECT_EQ(int(result.commit_steps.size()), result.report.layers_committed());
+  }
+}
+
 TEST(AsyncMigration, AbortStopsEveryRankAtTheNextVote) {
   Scenario scenario;
   scenario.topology = {6, 8, 12, 2, 2, 2};

@@ -242,6 +242,10 @@ class Migrator {
   // switches layer by layer as layers commit. report.status says how the
   // round ended.
   RoundReport migrate(Placement& current, const Placement& target);
+  // Collective: the same round overlapped with serving (eplb/migrate_async.h).
+  // `lead_steps` (>= 1) is D in the commit step C = max_r S_r + D.
+  Result<std::unique_ptr<class AsyncMigration>> start(Placement& current, const Placement& target,
+                                                      int lead_steps = 2);
 
   // The number of logical experts the placements of the next migrate()
   // calls have (the store and the memory maps do not depend on it; an

@@ -21,8 +21,9 @@ std::string layer_list(const std::vector<int>& layers) { return layers.empty() ?
 // One layer of one round on this rank.
 class LayerRun {
  public:
-  LayerRun(Migrator::State& state, const MigrateOptions& options, int layer, const std::vector<int>& committed)
-      : state_(state), options_(options), layer_(layer), committed_(committed) {
+  LayerRun(Migrator::State& state, const MigrateOptions& options, int layer, const std::vector<int>& committed,
+           StepGate* gate)
+      : state_(state), options_(options), layer_(layer), committed_(committed), gate_(gate) {
     report_.layer = layer;
   }
   // Ok when the layer committed or had nothing to move; otherwise the
@@ -37,11 +38,16 @@ class LayerRun {
   Status attempt(const LayerPlan& plan, const PublishedSums& published, Placement& current, const Placement& target,
                  int number, bool* committed);
   Status lost(const Status& failure, const std::string& during);
+  Result<bool> cast_vote(const Status& outcome, std::vector<std::string>* reasons);
+  Status commit(std::function<Status()> switch_layer, int64_t step);
 
   Migrator::State& state_;
   const MigrateOptions& options_;
   const int layer_;
   const std::vector<int>& committed_;
+  StepGate* const gate_;  // async rounds only
+  int64_t commit_step_ = -1;
+  int abort_rank_ = -1;
   LayerReport report_;
   double transfer_seconds_ = 0;
   double collective_seconds_ = 0;
@@ -122,32 +128,54 @@ PublishedSums LayerRun::publish_checksums(const LayerPlan& plan, Status* lost_st
   return published;
 }
 
+// The sync vote, or (async) the vote that also fixes the commit step.
+Result<bool> LayerRun::cast_vote(const Status& outcome, std::vector<std::string>* reasons) {
+  const std::string my_reason = outcome.is_ok() ? std::string() : outcome.to_string();
+  return with_progress(*state_.agent, [&]() -> Result<bool> {
+    if (gate_)
+      return stepped_vote(*state_.group, *gate_, outcome.is_ok(), my_reason, collective_seconds_, reasons,
+                          &commit_step_, &abort_rank_);
+    return state_.group->vote(outcome.is_ok(), my_reason, Deadline::after_seconds(collective_seconds_), reasons);
+  });
+}
+
+// Runs `switch_layer` now (sync) or hands it to the serving thread for
+// serving step `step` (async) and waits for it.
+Status LayerRun::commit(std::function<Status()> switch_layer, int64_t step) {
+  if (!gate_) return switch_layer();
+  return gate_->commit_at(layer_, step, std::move(switch_layer), Deadline::after_seconds(collective_seconds_));
+}
+
 // One attempt and its vote; *committed when the vote was unanimous.
 Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, Placement& current,
                          const Placement& target, int number, bool* committed) {
   if (options_.before_attempt) options_.before_attempt(layer_, number);
   Status outcome = published.status;
-  if (outcome) {
+  if (gate_ && gate_->abort_requested())
+    outcome = error(Code::Aborted, fmt::format("rank {} asked to abort the async round", state_.me()));
+  else if (outcome) {
     AttemptContext context{*state_.agent, *state_.store, state_.ranks, plan, published, state_.me(), layer_,
                            Deadline::after_seconds(transfer_seconds_), &report_, &staged_sums_};
     outcome = run_attempt(context);
   }
   std::vector<std::string> reasons;
-  const std::string my_reason = outcome.is_ok() ? std::string() : outcome.to_string();
   Stopwatch phase;
-  auto vote = with_progress(*state_.agent, [&] {
-    return state_.group->vote(outcome.is_ok(), my_reason, Deadline::after_seconds(collective_seconds_), &reasons);
-  });
+  auto vote = cast_vote(outcome, &reasons);
   report_.seconds_vote += phase.seconds();
   if (!vote) return lost(vote.status(), fmt::format("voting on attempt {}", number + 1));
+  if (abort_rank_ >= 0)
+    return lost(error(Code::Aborted, fmt::format("rank {} asked to abort the round", abort_rank_)),
+                fmt::format("voting on attempt {}", number + 1));
   if (*vote) {
     // Unanimous: every rank's reads of this layer have landed, so no peer
     // reads these rows any more. Staging -> live, switch the mapping.
-    phase.reset();
-    commit_layer(*state_.store, plan.ranks[state_.me()], layer_, staged_sums_);
-    report_.seconds_commit += phase.seconds();
-    if (Status switched = current.set_layer(layer_, target, layer_); !switched)
-      return lost(switched, "switching the mapping");
+    Status switched = commit([&] {
+      Stopwatch commit_clock;
+      commit_layer(*state_.store, plan.ranks[state_.me()], layer_, staged_sums_);
+      report_.seconds_commit += commit_clock.seconds();
+      return current.set_layer(layer_, target, layer_);
+    }, commit_step_);
+    if (!switched) return lost(switched, "committing");
     *committed = true;
     return Status::ok();
   }
@@ -168,9 +196,9 @@ Status LayerRun::run(Placement& current, const Placement& target) {
   if (!planned) return planned.status().with_context(fmt::format("planning layer {}", layer_));
   const LayerPlan& plan = planned.value();
   record_plan(plan);
-  // Same experts in the same slots: only the replica order may differ.
-  if (!report_.changed) return current.set_layer(layer_, target, layer_);
   set_deadlines(plan);
+  // Same experts in the same slots: only the replica order may differ.
+  if (!report_.changed) return commit([&] { return current.set_layer(layer_, target, layer_); }, -1);
   Status lost_status;
   PublishedSums published = publish_checksums(plan, &lost_status);
   EPLB_TRY(lost_status);
@@ -188,28 +216,34 @@ Status LayerRun::run(Placement& current, const Placement& target) {
 }
 
 }  // namespace
-}  // namespace migrate
 
-RoundReport Migrator::migrate(Placement& current, const Placement& target) {
+RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Placement& current,
+                      const Placement& target, StepGate* gate) {
   RoundReport report;
   Stopwatch round;
-  if (Status valid = current.validate_against(state_->topology); !valid)
+  if (Status valid = current.validate_against(state.topology); !valid)
     report.status = valid.with_context("migrate: the current placement");
-  else if (Status valid_target = target.validate_against(state_->topology); !valid_target)
+  else if (Status valid_target = target.validate_against(state.topology); !valid_target)
     report.status = valid_target.with_context("migrate: the target placement");
   std::vector<int> committed;
-  for (int layer = 0; report.status.is_ok() && layer < state_->topology.num_layers; ++layer) {
+  for (int layer = 0; report.status.is_ok() && layer < state.topology.num_layers; ++layer) {
     Stopwatch layer_clock;
-    migrate::LayerRun run(*state_, options_, layer, committed);
+    LayerRun run(state, options, layer, committed, gate);
     report.status = run.run(current, target);
     LayerReport& layer_report = run.report();
     layer_report.seconds = layer_clock.seconds();
-    if (options_.on_layer_done) options_.on_layer_done(layer_report);
+    if (options.on_layer_done) options.on_layer_done(layer_report);
     if (layer_report.committed) committed.push_back(layer);
     report.layers.push_back(std::move(layer_report));
   }
   report.seconds = round.seconds();
   return report;
+}
+
+}  // namespace migrate
+
+RoundReport Migrator::migrate(Placement& current, const Placement& target) {
+  return migrate::run_round(*state_, options_, current, target, nullptr);
 }
 
 namespace {

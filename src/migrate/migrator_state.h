@@ -4,6 +4,9 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <future>
 #include <map>
 #include <optional>
@@ -79,6 +82,64 @@ Status run_attempt(const AttemptContext& context);
 // expert, and the store remembers their checksums.
 void commit_layer(ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
                   const std::vector<std::optional<uint64_t>>& staged_sums);
+
+// Where the progress thread of an AsyncMigration meets the serving thread
+// (step_gate.cpp). The serving thread advances the step and runs commits;
+// the progress thread casts votes stamped with the step and hands commits
+// over, waiting until the serving thread ran them.
+class StepGate {
+ public:
+  explicit StepGate(int lead_steps) : lead_(lead_steps) {}
+  // Progress thread.
+  // Records and returns the step the vote carries; the serving thread waits
+  // for its result at most `vote_seconds` (+ a margin) past step + lead.
+  int64_t vote_cast(double vote_seconds);
+  void vote_settled();  // the vote said no: nothing to commit
+  int lead() const { return lead_; }
+  // Hands over the commit of `layer` at `step` (-1: at the next step, no
+  // agreement needed) and waits until the serving thread ran it.
+  Status commit_at(int layer, int64_t step, std::function<Status()> commit, Deadline deadline);
+  void finish(Status status);                     // the round ended
+  bool abort_requested() const;
+  // Serving thread.
+  Result<std::vector<int>> commit_ready(int64_t step, int max_layers);
+  Status failure() const;
+  bool ready() const;
+  bool done() const;
+  void request_abort();
+  void close();  // the handle goes away: pending and future hand-overs fail
+
+ private:
+  Status wait_for_result(std::unique_lock<std::mutex>& lock, int64_t step);
+  Result<std::vector<int>> run_pending(int64_t step);
+  const int lead_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  int64_t step_ = -1;
+  std::optional<int64_t> cast_step_;  // a vote in flight, cast at this step
+  double vote_seconds_ = 0;
+  struct Pending {
+    int layer = 0;
+    int64_t step = -1;
+    std::function<Status()> commit;
+  };
+  std::optional<Pending> pending_;
+  std::optional<Status> commit_result_;
+  Status failure_;
+  bool done_ = false, abort_ = false, closed_ = false;
+};
+
+// A vote that also carries each rank's step and an abort request. Yes when
+// unanimous; *commit_step = max step + lead; *abort_rank = the first rank
+// that asked to abort (or -1).
+Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
+                          double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
+                          int* abort_rank);
+
+// The layer loop of a round, shared by Migrator::migrate (gate == nullptr)
+// and the progress thread of an AsyncMigration.
+RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Placement& current,
+                      const Placement& target, StepGate* gate);
 
 }  // namespace eplb::migrate
 

@@ -1,0 +1,163 @@
+// step_gate.cpp - the meeting point of an AsyncMigration's progress thread
+// and the serving thread (StepGate), and the vote that carries each rank's
+// serving step (stepped_vote).
+#include <fmt/format.h>
+
+#include "common/bytes.h"
+#include "migrator_state.h"
+
+namespace eplb::migrate {
+namespace {
+
+constexpr std::string_view kVoteMagic = "EPLBSTEPVOTE";
+constexpr uint32_t kVoteVersion = 1;
+constexpr double kWaitMargin = 5.0;  // seconds the serving thread waits past the vote's deadline
+
+}  // namespace
+
+int64_t StepGate::vote_cast(double vote_seconds) {
+  std::lock_guard lock(mutex_);
+  cast_step_ = std::max<int64_t>(step_, 0);
+  vote_seconds_ = vote_seconds;
+  return *cast_step_;
+}
+
+void StepGate::vote_settled() {
+  std::lock_guard lock(mutex_);
+  cast_step_.reset();
+  changed_.notify_all();
+}
+
+Status StepGate::commit_at(int layer, int64_t step, std::function<Status()> commit, Deadline deadline) {
+  std::unique_lock lock(mutex_);
+  if (closed_) return error(Code::Aborted, fmt::format("the async migration was closed before layer {} committed", layer));
+  pending_ = Pending{layer, step, std::move(commit)};
+  cast_step_.reset();
+  commit_result_.reset();
+  changed_.notify_all();
+  changed_.wait_until(lock, deadline.at(), [&] { return commit_result_.has_value() || closed_; });
+  Status result = commit_result_ ? *commit_result_
+                  : closed_      ? error(Code::Aborted, fmt::format("the async migration was closed before layer "
+                                                                    "{} committed at step {}", layer, step))
+                                 : error(Code::Timeout, fmt::format("layer {} was agreed to commit at serving step "
+                                                                    "{}, but the serving thread is still at step {} "
+                                                                    "(it must call commit_ready once per step)",
+                                                                    layer, step, step_));
+  pending_.reset();
+  commit_result_.reset();
+  return result;
+}
+
+void StepGate::finish(Status status) {
+  std::lock_guard lock(mutex_);
+  if (failure_.is_ok()) failure_ = std::move(status);
+  done_ = true;
+  cast_step_.reset();
+  changed_.notify_all();
+}
+
+bool StepGate::abort_requested() const {
+  std::lock_guard lock(mutex_);
+  return abort_;
+}
+
+void StepGate::request_abort() {
+  std::lock_guard lock(mutex_);
+  abort_ = true;
+}
+
+void StepGate::close() {
+  std::lock_guard lock(mutex_);
+  closed_ = abort_ = true;
+  changed_.notify_all();
+}
+
+Status StepGate::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+bool StepGate::ready() const {
+  std::lock_guard lock(mutex_);
+  return pending_.has_value() && !commit_result_.has_value();
+}
+
+bool StepGate::done() const {
+  std::lock_guard lock(mutex_);
+  return done_;
+}
+
+// A rank at step cast + lead must know the result before it serves: the
+// commit step may be this one.
+Status StepGate::wait_for_result(std::unique_lock<std::mutex>& lock, int64_t step) {
+  if (!cast_step_ || pending_ || step < *cast_step_ + lead_) return Status::ok();
+  const Deadline deadline = Deadline::after_seconds(vote_seconds_ + kWaitMargin);
+  const bool known = changed_.wait_until(lock, deadline.at(), [&] { return !cast_step_ || pending_ || done_; });
+  if (known) return Status::ok();
+  failure_ = error(Code::Timeout, fmt::format("serving step {}: the vote cast at step {} has no result after {:.1f} s; "
+                                              "this rank cannot know whether to commit",
+                                              step, *cast_step_, vote_seconds_ + kWaitMargin));
+  abort_ = true;
+  return failure_;
+}
+
+Result<std::vector<int>> StepGate::run_pending(int64_t step) {
+  std::vector<int> committed;
+  if (!pending_ || commit_result_) return committed;
+  if (pending_->step >= 0 && pending_->step < step)
+    return error(Code::Internal, fmt::format("layer {} was to commit at step {}, the serving thread is at step {}",
+                                             pending_->layer, pending_->step, step));
+  if (pending_->step >= 0 && pending_->step != step) return committed;
+  commit_result_ = pending_->commit();
+  if (commit_result_->is_ok()) committed.push_back(pending_->layer);
+  changed_.notify_all();
+  return committed;
+}
+
+Result<std::vector<int>> StepGate::commit_ready(int64_t step, int max_layers) {
+  std::unique_lock lock(mutex_);
+  if (max_layers < 1) return error(Code::InvalidArgument, fmt::format("commit_ready: max_layers {} < 1", max_layers));
+  if (step <= step_)
+    return error(Code::InvalidArgument, fmt::format("commit_ready: step {} after step {} (steps must increase)",
+                                                    step, step_));
+  step_ = step;
+  EPLB_TRY(wait_for_result(lock, step));
+  if (!failure_.is_ok()) return failure_;
+  return run_pending(step);
+}
+
+Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
+                          double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
+                          int* abort_rank) {
+  bytes::Writer writer;
+  writer.raw(kVoteMagic);
+  writer.u32(kVoteVersion);
+  writer.u32(yes ? 1 : 0);
+  writer.u32(gate.abort_requested() ? 1 : 0);
+  writer.u64(uint64_t(gate.vote_cast(vote_seconds)));
+  writer.blob(reason);
+  auto gathered = group.allgather(writer.take(), Deadline::after_seconds(vote_seconds));
+  if (!gathered) return gathered.status();
+  bool all_yes = true;
+  int64_t latest = 0;
+  *abort_rank = -1;
+  reasons->assign(gathered->size(), "");
+  for (size_t r = 0; r < gathered->size(); ++r) {
+    bytes::Reader reader((*gathered)[r]);
+    const bool header = reader.expect(kVoteMagic) && reader.u32() == kVoteVersion;
+    const uint32_t their_yes = reader.u32(), their_abort = reader.u32();
+    const uint64_t their_step = reader.u64();
+    (*reasons)[r] = std::string(reader.blob(1 << 20));
+    if (!header || !reader.at_end() || their_yes > 1 || their_abort > 1 || their_step > (uint64_t(1) << 62))
+      return error(Code::Mismatch, fmt::format("rank {} sent a malformed stepped vote ({} bytes)", r,
+                                               (*gathered)[r].size()));
+    all_yes = all_yes && their_yes == 1;
+    latest = std::max(latest, int64_t(their_step));
+    if (their_abort && *abort_rank < 0) *abort_rank = int(r);
+  }
+  *commit_step = latest + gate.lead();
+  if (!all_yes || *abort_rank >= 0) gate.vote_settled();
+  return all_yes && *abort_rank < 0;
+}
+
+}  // namespace eplb::migrate

@@ -8,13 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <cerrno>
 #include <cstring>
 #include <thread>
 
 #include "common/text.h"
 #include "local_group.h"
+#include "run_dirs.h"
 
 namespace eplb {
 namespace bootstrap {
@@ -74,14 +74,9 @@ bool same_secret(std::string_view a, std::string_view b) {
   return differ == 0;
 }
 
-// The parent of `pid` (/proc/<pid>/stat), or -1.
+// The parent of `pid`, or -1.
 int parent_of(pid_t pid) {
-  std::ifstream file(fmt::format("/proc/{}/stat", pid));
-  std::string stat;
-  if (!std::getline(file, stat)) return -1;
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 > stat.size()) return -1;
-  auto fields = text::split(std::string_view(stat).substr(close + 2), ' ');
+  std::vector<std::string> fields = process_stat_fields(pid);
   if (fields.size() < 2) return -1;
   auto parent = text::parse_int(fields[1], "ppid");
   return parent ? int(*parent) : -1;

@@ -32,7 +32,7 @@ Result<std::string> make_private_dir(const std::string& base) {
     return error(Code::IoError, fmt::format("cannot create a private directory {}: {}", pattern, std::strerror(errno)));
   std::string dir(buffer.data());
   std::ofstream owner(dir + "/" + kOwnerFile);
-  owner << process_identity(::getpid()) << "\n";
+  owner << owner_line() << "\n";
   if (!owner.flush()) {
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);
@@ -59,12 +59,14 @@ bool is_own_run_dir(const std::string& dir) {
   return ::lstat(dir.c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == ::geteuid();
 }
 
+// "<pid> <start time> <pid namespace>" names a process of our namespace
+// that no longer exists (or whose pid now belongs to another process).
 bool owner_is_gone(const std::string& owner) {
   auto fields = text::split(owner, ' ');
-  if (fields.size() != 2) return false;
+  if (fields.size() != 3 || fields[2] != pid_namespace()) return false;
   auto pid = text::parse_int_in(fields[0], "owner pid", 1, 1 << 22);
   if (!pid) return false;
-  return process_identity(pid_t(*pid)) != owner;
+  return process_identity(pid_t(*pid)) != fmt::format("{} {}", fields[0], fields[1]);
 }
 
 }  // namespace
@@ -74,17 +76,31 @@ std::string rendezvous_base() {
   return "/tmp";
 }
 
-std::string process_identity(pid_t pid) {
+std::vector<std::string> process_stat_fields(pid_t pid) {
   std::ifstream file(fmt::format("/proc/{}/stat", pid));
   std::string stat;
-  if (!std::getline(file, stat)) return "";
-  // Field 22 (starttime) counts from the field after the command's ')'.
+  if (!std::getline(file, stat)) return {};
+  // The command (field 2) may hold spaces and parentheses: split after its last ')'.
   size_t close = stat.rfind(')');
-  if (close == std::string::npos) return "";
-  std::vector<std::string_view> fields = text::split(std::string_view(stat).substr(close + 2), ' ');
+  if (close == std::string::npos || close + 2 > stat.size()) return {};
+  std::vector<std::string> fields;
+  for (std::string_view field : text::split(std::string_view(stat).substr(close + 2), ' ')) fields.emplace_back(field);
+  return fields;
+}
+
+std::string process_identity(pid_t pid) {
+  std::vector<std::string> fields = process_stat_fields(pid);
   if (fields.size() < 20) return "";
   return fmt::format("{} {}", pid, fields[19]);
 }
+
+std::string pid_namespace() {
+  std::error_code failed;
+  std::string link = std::filesystem::read_symlink("/proc/self/ns/pid", failed).string();
+  return failed ? "pid:unknown" : link;
+}
+
+std::string owner_line() { return process_identity(::getpid()) + " " + pid_namespace(); }
 
 Result<std::unique_ptr<RunDirs>> RunDirs::create() {
   auto dirs = std::make_unique<RunDirs>();

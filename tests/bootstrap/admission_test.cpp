@@ -1,7 +1,8 @@
 // Who may join a local group, and what a dead launcher leaves behind:
 // a forged hello (wrong secret, claiming rank 1) is dropped with a log line
 // and the group still forms; the hello format carries the secret; the sweep
-// removes eplb-* directories whose owner process is gone and keeps the rest.
+// removes eplb-* directories whose owner process is gone and keeps the rest
+// (alive, no owner file, another pid namespace, not eplb-*).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -160,16 +161,19 @@ void make_run_dir(const std::string& path, const std::string& owner) {
 TEST(StaleSweep, RemovesDirectoriesOfDeadOwnersOnly) {
   const std::string base = testing::make_temp_dir();
   const pid_t gone = dead_pid();
-  make_run_dir(base + "/eplb-dead01", fmt::format("{} 12345", gone));
-  make_run_dir(base + "/eplb-alive1", bootstrap::process_identity(::getpid()));
-  make_run_dir(base + "/eplb-reused", fmt::format("{} 1", ::getpid()));  // our pid, another start time
+  const std::string ns = bootstrap::pid_namespace();
+  make_run_dir(base + "/eplb-dead01", fmt::format("{} 12345 {}", gone, ns));
+  make_run_dir(base + "/eplb-alive1", bootstrap::owner_line());
+  make_run_dir(base + "/eplb-reused", fmt::format("{} 1 {}", ::getpid(), ns));  // our pid, another start time
   make_run_dir(base + "/eplb-noown1", "");
-  make_run_dir(base + "/other-dead1", fmt::format("{} 12345", gone));
+  make_run_dir(base + "/eplb-otherns", fmt::format("{} 12345 pid:[1]", gone));  // another pid namespace
+  make_run_dir(base + "/other-dead1", fmt::format("{} 12345 {}", gone, ns));
   EXPECT_EQ(bootstrap::sweep_stale_run_dirs({base}), 2);
   EXPECT_FALSE(std::filesystem::exists(base + "/eplb-dead01"));
   EXPECT_FALSE(std::filesystem::exists(base + "/eplb-reused"));
   EXPECT_TRUE(std::filesystem::exists(base + "/eplb-alive1"));
   EXPECT_TRUE(std::filesystem::exists(base + "/eplb-noown1"));
+  EXPECT_TRUE(std::filesystem::exists(base + "/eplb-otherns"));
   EXPECT_TRUE(std::filesystem::exists(base + "/other-dead1"));
   std::filesystem::remove_all(base);
 }
@@ -177,7 +181,7 @@ TEST(StaleSweep, RemovesDirectoriesOfDeadOwnersOnly) {
 TEST(StaleSweep, LaunchSweepsAndItsOwnDirectoriesArePrivateAndRemoved) {
   const std::string base = testing::make_temp_dir();
   ::setenv("TMPDIR", base.c_str(), 1);
-  make_run_dir(base + "/eplb-stale1", fmt::format("{} 12345", dead_pid()));
+  make_run_dir(base + "/eplb-stale1", fmt::format("{} 12345 {}", dead_pid(), bootstrap::pid_namespace()));
   LaunchOptions options;
   options.size = 2;
   options.argv = {"/bin/sh", "-c",

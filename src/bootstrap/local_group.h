@@ -91,6 +91,8 @@ class LocalGroup final : public ProcessGroup {
   // Hub: peers_[r] is the connection to rank r (r >= 1). Member: peers_[0] is the hub.
   std::vector<std::unique_ptr<Connection>> peers_;
   Admission admission_;
+  // Hub, while joining: connections dropped during a pump, destroyed after it.
+  std::vector<std::unique_ptr<Connection>> dropped_;
 };
 
 }  // namespace eplb::bootstrap

@@ -104,9 +104,12 @@ Result<std::string> secret_bytes(const std::string& hex) {
   return raw;
 }
 
+// pump() may still hold the connection: it is shut down now (the joiner sees
+// EOF, pump stops polling it) and destroyed after the pump returns.
 void LocalGroup::drop(std::unique_ptr<Connection>& connection, const std::string& why) {
   if (admission_.on_dropped) admission_.on_dropped("local bootstrap: dropped " + why + "; the group keeps forming");
-  connection.reset();
+  ::shutdown(connection->fd(), SHUT_RDWR);
+  dropped_.push_back(std::move(connection));
 }
 
 // SO_PEERCRED: the same user, and a child of our launcher when we have one.
@@ -172,7 +175,7 @@ Status LocalGroup::accept_hellos(int listener, Deadline deadline,
     for (auto& connection : pending) {
       if (!connection) continue;
       if (!connection->inbox().empty()) failure = take_hello(connection, joined);
-      else if (!connection->alive()) connection.reset();  // went away before saying who it is
+      else if (!connection->alive()) dropped_.push_back(std::move(connection));  // went away before saying who it is
       if (!failure.is_ok()) return true;
     }
     for (int r = 1; r < size_; ++r)
@@ -197,6 +200,7 @@ Status LocalGroup::accept_hellos(int listener, Deadline deadline,
       if (connection) watched.push_back(connection.get());
     Deadline slice = std::min(Deadline::after_seconds(0.01), deadline, [](auto& a, auto& b) { return a.at() < b.at(); });
     Status pumped = pump(watched, slice, check_hellos);
+    dropped_.clear();  // no pump holds them any more
     if (!failure.is_ok() || pumped.is_ok()) return failure;
     if (deadline.expired()) {
       std::vector<int> missing;

@@ -9,7 +9,11 @@
 #   5 6 7 8a 8b 8c 9a 9b 10a 10b 10c, and the rows of issue 17 (what a
 #   careless user or an attacker gives): 11a-11d input files, 12a-12c
 #   durations, 13a-13c what listens, 14a-14b reports, 15a-15c one validation
-#   and Ctrl-C, 16 a long run (default: all).
+#   and Ctrl-C, 16 a long run, 17 memory admission, 18 a killed rank with
+#   posix shared memory only, 19 a forged hello, 20a-20b a killed launcher
+#   and the next launch's sweep (default: all).
+# Every case runs with its own TMPDIR; the `left` column lists what the run
+# left there and the new entries of /dev/shm (a row fails unless "nothing").
 # Exit status: 0 when every row meets the requirement of issue 6 (no hang,
 # no inconsistent slot, expected outcome), 1 otherwise.
 #
@@ -51,6 +55,39 @@ printf '\x93NUMPY\x01\x00\xff\xff{garbage' >"$work/bad_trace.npy"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["phy2log"][1][3]=999; json.dump(d,open(sys.argv[2],"w"))' \
   "$work/placement.json" "$work/bad_placement.json"
 
+# leftovers TMP: "nothing", or what a run left in its TMPDIR and /dev/shm
+# (new /dev/shm entries; another user's run at the same time would show here
+# too, except Python multiprocessing's sem.mp-*, which eplb never creates).
+leftovers() {
+  local found
+  found=$( (ls -A "$1"; ls -A /dev/shm | sort | comm -13 "$work/shm-before" - | grep -v '^sem\.mp-') | tr '\n' ' ')
+  [[ -z "$found" ]] && echo nothing || echo "$found"
+}
+
+# forge_hello TMP: as soon as a run's hub socket appears under TMP, connects
+# and sends a version-2 hello claiming rank 1 with a made-up secret (a
+# process of the same user that the launcher did not start).
+forge_hello() {
+  python3 - "$1" <<'PY'
+import glob, socket, struct, sys, time
+end = time.time() + 20
+while time.time() < end:
+    socks = glob.glob(sys.argv[1] + "/eplb-*/hub.sock")
+    if socks:
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(socks[0])
+            payload = struct.pack("<ii", 4, 4242) + b"F" * 32
+            s.sendall(struct.pack("<IHHQiIQ", 0x53425045, 2, 1, 0, 1, 0, len(payload)) + payload)
+            s.settimeout(10)
+            s.recv(1)
+        except OSError:
+            pass
+        break
+    time.sleep(0.002)
+PY
+}
+
 rows=()
 details=()
 failures=0
@@ -61,10 +98,16 @@ failures=0
 run_case() {
   local id="$1" name="$2" expect="$3" limit="$4" environment="$5"
   shift 5
-  if ((${#wanted[@]})) && [[ ! " ${wanted[*]} " =~ " $id " ]]; then return; fi
+  if ((${#wanted[@]})) && [[ ! " ${wanted[*]} " =~ " $id " && ! " ${wanted[*]} " =~ " ${id%b} " ]]; then return; fi
   local json="$work/$id.json" out="$work/$id.out" err="$work/$id.err"
   rm -f "$json"
   local start end rc
+  # What the run leaves behind: its own TMPDIR, and new entries of /dev/shm.
+  local tmp="${CASE_TMP:-$work/tmp-$id}"
+  mkdir -p "$tmp"
+  ls -A /dev/shm | sort >"$work/shm-before"
+  environment="TMPDIR=$tmp $environment"
+  if [[ -n "${FORGER:-}" ]]; then forge_hello "$tmp" & fi
   start=$(date +%s.%N)
   # stderr lines get a timestamp so the first one tells when the error was detected.
   local json_flag=(--json "$json")
@@ -75,6 +118,9 @@ run_case() {
   rc=$?
   end=$(date +%s.%N)
   sleep 0.2  # let the stderr stamper drain
+  wait  # the forger, if any
+  local left
+  left=$(leftovers "$tmp")
   local total detect first hang=no consistent outcome verdict=ok
   total=$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}')
   if [[ -s "$err" ]]; then
@@ -124,6 +170,8 @@ run_case() {
     interrupt) [[ $rc == 130 && $hang == no ]] || verdict=FAIL ;;
   esac
   [[ "$consistent" == NO || "$consistent" == unknown ]] && verdict=FAIL
+  [[ "$left" == nothing ]] || verdict=FAIL
+  if [[ -n "${EXPECT_STDERR:-}" ]] && ! grep -q "$EXPECT_STDERR" "$err"; then verdict=FAIL; fi
   # With a sanitizer build (bench/fault_matrix.sh build-asan) any report fails the row.
   if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|runtime error:|WARNING: ThreadSanitizer' "$err" "$out"; then
     verdict=FAIL
@@ -131,8 +179,43 @@ run_case() {
   fi
   [[ $verdict == ok ]] || failures=$((failures + 1))
   details+=("== $id $name (exit $rc, ${total} s):" "$(cut -d' ' -f2- "$err" | head -n 6 | cut -c1-600)")
-  rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "${total} s" "$hang" "$consistent" "$verdict" "${first:0:400}")")
+  rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-10s|%-6s|%s' "$id" "$name" "$outcome" "$detect" "${total} s" "$hang" "$consistent" "$left" "$verdict" "${first:0:400}")")
   printf 'fault_matrix: %-4s %-42s rc=%d %ss %s\n' "$id" "$name" "$rc" "$total" "$outcome" >&2
+}
+
+# Issue 17 row 12: SIGKILL of the launcher 1 s into a run. Its ranks die
+# with it (PR_SET_PDEATHSIG); its directories stay until the next launch,
+# which sweeps them (owner pid gone). Row 20a: what is left right after the
+# kill; 20b: the next launch completes and nothing is left.
+killed_launcher_case() {
+  if ((${#wanted[@]})) && [[ ! " ${wanted[*]} " =~ " 20 " ]]; then return; fi
+  local tmp="$work/tmp-14" start end
+  mkdir -p "$tmp"
+  ls -A /dev/shm | sort >"$work/shm-before"
+  start=$(date +%s.%N)
+  TMPDIR="$tmp" "${base[@]}" $(shape 8 50) >/dev/null 2>&1 &
+  local launcher=$!
+  sleep 1
+  kill -9 "$launcher"
+  wait "$launcher" 2>/dev/null
+  sleep 0.5
+  local ranks_left left_after verdict=ok
+  ranks_left=$(pgrep -P "$launcher" | wc -l)
+  left_after=$(leftovers "$tmp")
+  [[ "$ranks_left" == 0 && "$left_after" != nothing ]] || verdict=FAIL
+  end=$(date +%s.%N)
+  rows+=("$(printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-10s|%-6s|%s' 20a "launcher SIGKILL 1 s in" \
+    "ranks gone: $ranks_left left" - "$(awk -v a="$start" -v b="$end" 'BEGIN{printf "%.1f", b-a}') s" no n/a \
+    "2 dirs" "$verdict" "left until the next launch: $left_after")")
+  [[ $verdict == ok ]] || failures=$((failures + 1))
+  CASE_TMP="$tmp" run_case 20b "next launch sweeps the killed launcher's dirs" complete 60 "" "${base[@]}" $(shape 4 2)
+  local stale
+  for stale in $left_after; do
+    if [[ -e "$tmp/$stale" || -e "/dev/shm/$stale" ]]; then
+      failures=$((failures + 1))
+      rows+=("20b  | NOT SWEPT: $stale")
+    fi
+  done
 }
 
 wanted=("$@")
@@ -195,8 +278,18 @@ run_case 15c "Ctrl-C: SIGINT to the launcher after 1.5 s" interrupt 30 "" bash -
 run_case 16 "--rounds 300 (reports streamed to --json)" complete 120 "" \
   "${base[@]}" --layers 2 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 16KiB --rounds 300 --window 1
 
+# Issue 17: memory, shared memory, who may join.
+run_case 17 "64 GiB experts (memory admission, 24 GiB)" refuse 20 "EPLB_TEST_MEMAVAILABLE=24GiB" \
+  "$eplb" run --bytes-per-expert 64GiB
+run_case 18 "posix only, rank 1 SIGKILL mid layer 1" abort 30 "UCX_TLS=posix,cma,self EPLB_TEST_SIGNAL=1:1:KILL" \
+  "${base[@]}" --layers 4 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 16MiB --rounds 2 --window 10 \
+  --retries 3 --timeout 2
+FORGER=1 EXPECT_STDERR="dropped a connection from pid" run_case 19 "forged hello claiming rank 1 at start-up" \
+  complete 60 "EPLB_TEST_JOIN_DELAY=1:1500" "${base[@]}" $(shape 4 2)
+killed_launcher_case
+
 echo
-printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-6s|%s\n' id scenario outcome detect total hang consistent req "error (first stderr line after the ranks' state lines)"
+printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-10s|%-6s|%s\n' id scenario outcome detect total hang consistent left req "error (first stderr line after the ranks' state lines)"
 for row in "${rows[@]}"; do echo "$row"; done
 echo
 if [[ -n "${FAULT_MATRIX_DETAILS:-}" ]]; then

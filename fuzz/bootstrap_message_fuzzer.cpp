@@ -16,9 +16,17 @@ using namespace eplb::bootstrap;
 
 namespace {
 
+// A decoded hello (version 2: size, pid, the 32-byte run secret) re-encodes
+// to exactly its payload, secret included.
+void check_hello(std::string_view payload) {
+  auto hello = decode_hello(payload);
+  if (!hello.is_ok()) return;
+  if (hello->secret.size() != kRunSecretBytes || encode_hello(*hello) != payload) __builtin_trap();
+}
+
 void decode_payload(const Message& message) {
   switch (message.header.kind) {
-    case MessageKind::Hello: (void)decode_hello(message.payload); break;
+    case MessageKind::Hello: check_hello(message.payload); break;
     case MessageKind::AllgatherResult: (void)decode_string_list(message.payload, 4); break;
     case MessageKind::VoteResult: {
       auto votes = decode_string_list(message.payload);
@@ -63,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   (void)decode_string_list(text);
   (void)decode_vote(text);
-  (void)decode_hello(text);
+  check_hello(text);
   (void)decode_abort(text);
   return 0;
 }

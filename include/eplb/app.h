@@ -125,6 +125,35 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options);
 // that a bad option is one error, printed once, and no rank starts.
 Status validate_run_options(const RunOptions& options);
 
+// ------------------------------------------------------ memory admission ---
+
+// What one rank of `eplb run` allocates for its store: the arena (every
+// layer's tensor blocks, page aligned; shared memory under UCX) and the
+// staging area (the largest layer).
+struct RankMemory {
+  uint64_t arena_bytes = 0;
+  uint64_t staging_bytes = 0;
+};
+RankMemory rank_memory(const StoreLayout& layout);
+// Per rank, beyond the store: the process, UCX's FIFOs and bounce buffers.
+inline constexpr uint64_t kRankOverheadBytes = uint64_t{64} << 20;
+
+// What this machine can give: MemAvailable (/proc/meminfo) and the free
+// space of `shm_dir` (statvfs); 0 when unknown. The test hooks
+// EPLB_TEST_MEMAVAILABLE and EPLB_TEST_SHM_FREE (byte sizes, "2GiB")
+// replace the real values.
+struct MachineMemory {
+  uint64_t available_bytes = 0;
+  uint64_t shm_free_bytes = 0;
+  std::string source;  // where the numbers came from, for the error
+};
+Result<MachineMemory> read_machine_memory(const std::string& shm_dir = "/dev/shm");
+// InvalidArgument naming every size and the limit when `local_ranks` ranks
+// would allocate more than 90% of MemAvailable, or (arena in shared memory)
+// their arenas exceed the free space of /dev/shm. Pure arithmetic.
+Status admit_memory(const RankMemory& per_rank, int local_ranks, bool arena_in_shared_memory,
+                    const MachineMemory& machine);
+
 // ----------------------------------------------------- rendering a report ---
 
 // Strings that only label the output (what the user asked for).

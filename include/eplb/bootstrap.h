@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -71,12 +72,25 @@ struct FingerprintField {
 Status check_fingerprint(ProcessGroup& group, const std::vector<FingerprintField>& fields, Deadline deadline);
 
 // Local group: how a launched rank finds its group. launch_local_ranks passes
-// these through the environment (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR).
+// these through the environment (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR,
+// EPLB_RUN_SECRET, EPLB_LAUNCHER_PID).
+//
+// Who may join: rank 0 (the hub) accepts a connection only from a process
+// of its own user (SO_PEERCRED) and, when `launcher_pid` is rank 0's parent,
+// only from another child of that launcher; and a hello only with the run's
+// secret (when rank 0 has one). Anything else (a forged, malformed or
+// foreign hello) is dropped, reported through `on_dropped`, and the group
+// keeps forming; the listening socket is gone once it formed (a late hello
+// finds nobody).
 struct LocalGroupOptions {
   int rank = 0;
   int size = 1;
   std::string rendezvous_dir;  // a directory private to this run (Unix sockets live here)
   double connect_timeout_seconds = 30;
+  std::string secret;          // 64 hex digits (256 bits) shared by the run's ranks, or empty
+  int launcher_pid = 0;        // the launcher that started the ranks, or 0
+  // Hub only: one line per dropped connection or hello (the caller logs it).
+  std::function<void(const std::string&)> on_dropped;
 };
 Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options);
 // Reads LocalGroupOptions from the environment (and EPLB_BOOTSTRAP_TIMEOUT);
@@ -100,7 +114,11 @@ bool launched_by_mpirun();
 // launch_local_ranks starts `size` copies of `argv` (argv[0] an executable
 // path, or a name looked up in PATH) with the local group's environment set
 // (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR = a fresh private directory,
-// removed at the end); the ranks write to the inherited stdout/stderr. It
+// EPLB_RUN_SECRET = 256 random bits, EPLB_LAUNCHER_PID, and UCX_POSIX_DIR =
+// a private directory under /dev/shm unless the caller set one); both
+// directories are removed however the launch ends, and those of launchers
+// that were SIGKILLed (owner process gone) are swept at the next launch.
+// The ranks write to the inherited stdout/stderr. It
 // waits until `deadline` (then kills every rank), SIGKILLs the survivors
 // `grace_seconds` after the first rank fails, and forwards SIGINT/SIGTERM
 // received meanwhile to the ranks.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "common/text.h"
 #include "connection.h"
 #include "eplb/bootstrap.h"
+#include "run_dirs.h"
 
 extern char** environ;
 
@@ -69,29 +71,44 @@ std::string find_executable(const std::string& name) {
   return name;
 }
 
-Result<std::string> make_rendezvous_dir() {
-  std::string base = "/tmp";
-  if (const char* tmp = std::getenv("TMPDIR"); tmp && *tmp && std::strlen(tmp) < 60) base = tmp;
-  std::string pattern = base + "/eplb-XXXXXX";
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  if (!::mkdtemp(buffer.data()))
-    return error(Code::IoError,
-                 fmt::format("cannot create a rendezvous directory {}: {}", pattern, std::strerror(errno)));
-  return std::string(buffer.data());
+// A fresh 256-bit secret as 64 hex digits (getrandom).
+Result<std::string> make_run_secret() {
+  uint8_t random[bootstrap::kRunSecretBytes];
+  size_t filled = 0;
+  while (filled < sizeof random) {
+    ssize_t got = ::getrandom(random + filled, sizeof random - filled, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return error(Code::IoError, fmt::format("launch: getrandom: {}", std::strerror(errno)));
+    filled += size_t(got);
+  }
+  std::string hex;
+  for (uint8_t byte : random) hex += fmt::format("{:02x}", byte);
+  return hex;
 }
 
-// Every rank's environment: ours without the local group's variables, plus them.
-std::vector<std::string> rank_environment(int size, const std::string& dir) {
+bool is_launch_variable(std::string_view entry) {
+  for (const char* name : {"EPLB_RANK=", "EPLB_SIZE=", "EPLB_BOOTSTRAP_DIR=", "EPLB_RUN_SECRET=", "EPLB_LAUNCHER_PID="})
+    if (entry.starts_with(name)) return true;
+  return false;
+}
+
+// Every rank's environment: ours without the local group's variables, plus
+// them; UCX's posix files go to the run's scratch directory unless the user
+// chose UCX_POSIX_DIR.
+std::vector<std::string> rank_environment(int size, const bootstrap::RunDirs& dirs, const std::string& secret) {
   std::vector<std::string> env;
+  bool user_posix_dir = false;
   for (char** entry = environ; entry && *entry; ++entry) {
     std::string_view text(*entry);
-    if (text.starts_with("EPLB_RANK=") || text.starts_with("EPLB_SIZE=") || text.starts_with("EPLB_BOOTSTRAP_DIR="))
-      continue;
+    if (is_launch_variable(text)) continue;
+    user_posix_dir = user_posix_dir || text.starts_with("UCX_POSIX_DIR=");
     env.emplace_back(text);
   }
   env.push_back(fmt::format("EPLB_SIZE={}", size));
-  env.push_back("EPLB_BOOTSTRAP_DIR=" + dir);
+  env.push_back("EPLB_BOOTSTRAP_DIR=" + dirs.rendezvous());
+  env.push_back("EPLB_RUN_SECRET=" + secret);
+  env.push_back(fmt::format("EPLB_LAUNCHER_PID={}", ::getpid()));
+  if (!user_posix_dir && !dirs.shared_memory().empty()) env.push_back("UCX_POSIX_DIR=" + dirs.shared_memory());
   return env;
 }
 
@@ -340,20 +357,16 @@ LaunchResult launch_local_ranks(const LaunchOptions& options) {
   }
   LaunchOptions checked = options;
   if (!(checked.grace_seconds >= 0)) checked.grace_seconds = 0;
-  auto dir = make_rendezvous_dir();
-  if (!dir) {
-    refused.status = dir.status();
+  // What a SIGKILLed launcher left behind goes first.
+  bootstrap::sweep_stale_run_dirs({bootstrap::rendezvous_base(), "/dev/shm"});
+  auto dirs = bootstrap::RunDirs::create();
+  auto secret = make_run_secret();
+  if (!dirs || !secret) {
+    refused.status = !dirs ? dirs.status() : secret.status();
     return refused;
   }
-  struct DirGuard {
-    std::string path;
-    ~DirGuard() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
-  } dir_guard{*dir};
   SignalForwarding forwarding;
-  Launch launch(checked, find_executable(checked.argv[0]), rank_environment(checked.size, *dir));
+  Launch launch(checked, find_executable(checked.argv[0]), rank_environment(checked.size, **dirs, *secret));
   if (Status started = launch.start_all(); !started.is_ok()) {
     LaunchResult result = launch.finish();
     result.status = started;

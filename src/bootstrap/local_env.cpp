@@ -18,6 +18,20 @@ Result<int> parse_env_int(const char* name, const char* value, int low, int high
   return static_cast<int>(parsed);
 }
 
+// EPLB_RUN_SECRET (64 hex digits) and EPLB_LAUNCHER_PID, both optional.
+Status read_launch_credentials(LocalGroupOptions& options) {
+  if (const char* secret = std::getenv("EPLB_RUN_SECRET")) {
+    std::string_view text(secret);
+    if (text.size() != 64 || text.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+      return error(Code::InvalidArgument, "EPLB_RUN_SECRET is not 64 lowercase hex digits");
+    options.secret = secret;
+  }
+  if (const char* pid = std::getenv("EPLB_LAUNCHER_PID")) {
+    EPLB_ASSIGN_OR_RETURN(options.launcher_pid, parse_env_int("EPLB_LAUNCHER_PID", pid, 1, 1 << 22));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<LocalGroupOptions> local_group_options_from_env() {
@@ -44,6 +58,7 @@ Result<LocalGroupOptions> local_group_options_from_env() {
   } else if (dir_text) {
     options.rendezvous_dir = dir_text;
   }
+  EPLB_TRY(read_launch_credentials(options));
   if (const char* timeout_text = std::getenv("EPLB_BOOTSTRAP_TIMEOUT")) {
     auto seconds = text::parse_double(timeout_text, "EPLB_BOOTSTRAP_TIMEOUT");
     if (!seconds || !(*seconds > 0) || *seconds > 86400)

@@ -11,6 +11,7 @@
 // deadline (kHubMarginSeconds) so its notice arrives before the others give up.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,8 @@ namespace eplb::bootstrap {
 
 inline constexpr double kHubMarginSeconds = 0.2;  // at most; 10% of the remaining time when shorter
 
+// A run secret of 64 hex digits as its 32 raw bytes ("" stays "").
+Result<std::string> secret_bytes(const std::string& hex);
 // "allgather #3"
 std::string collective_name(MessageKind kind, uint64_t sequence);
 // Pumps the hub connection until its first message arrives (moved into
@@ -40,6 +43,14 @@ class LocalGroup final : public ProcessGroup {
   int size() const override { return size_; }
   std::string backend_name() const override { return "local"; }
   Result<std::vector<std::string>> exchange(Collective kind, std::string mine, Deadline deadline) override;
+
+  // Who may join (see LocalGroupOptions); `secret` in raw bytes.
+  struct Admission {
+    std::string secret;
+    int launcher_pid = 0;
+    std::function<void(const std::string&)> on_dropped;
+  };
+  void set_admission(Admission admission) { admission_ = std::move(admission); }
 
   Status join_as_hub(const std::string& dir, Deadline deadline);
   Status join_as_member(const std::string& dir, Deadline deadline);
@@ -68,6 +79,9 @@ class LocalGroup final : public ProcessGroup {
   // Hub, while joining.
   Status accept_hellos(int listener, Deadline deadline, std::vector<std::unique_ptr<Connection>>& pending);
   Status take_hello(std::unique_ptr<Connection>& connection, int& joined);
+  // Hub: whether the process behind a new connection may join; else says why.
+  bool admit_peer(int fd);
+  void drop(std::unique_ptr<Connection>& connection, const std::string& why);
   void adopt_pending_for_abort(std::vector<std::unique_ptr<Connection>>& pending);
   Status send_welcome(Deadline deadline);
 
@@ -76,6 +90,9 @@ class LocalGroup final : public ProcessGroup {
   uint64_t sequence_ = 0;
   // Hub: peers_[r] is the connection to rank r (r >= 1). Member: peers_[0] is the hub.
   std::vector<std::unique_ptr<Connection>> peers_;
+  Admission admission_;
+  // Hub, while joining: connections dropped during a pump, destroyed after it.
+  std::vector<std::unique_ptr<Connection>> dropped_;
 };
 
 }  // namespace eplb::bootstrap

@@ -12,7 +12,9 @@
 #include <cstring>
 #include <thread>
 
+#include "common/text.h"
 #include "local_group.h"
+#include "run_dirs.h"
 
 namespace eplb {
 namespace bootstrap {
@@ -64,19 +66,91 @@ Status listen_on(const std::string& path, int backlog, Listener& listener) {
   return Status::ok();
 }
 
+// Equal secrets, compared in time independent of where they differ.
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return differ == 0;
+}
+
+// The parent of `pid`, or -1.
+int parent_of(pid_t pid) {
+  std::vector<std::string> fields = process_stat_fields(pid);
+  if (fields.size() < 2) return -1;
+  auto parent = text::parse_int(fields[1], "ppid");
+  return parent ? int(*parent) : -1;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
 }  // namespace
 
-// One pending connection's hello: registers it as rank `from`, or the reason not.
+Result<std::string> secret_bytes(const std::string& hex) {
+  if (hex.empty()) return std::string();
+  if (hex.size() != 2 * kRunSecretBytes)
+    return error(Code::InvalidArgument, fmt::format("run secret has {} hex digits, expected {}", hex.size(),
+                                                    2 * kRunSecretBytes));
+  std::string raw;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int high = hex_digit(hex[i]), low = hex_digit(hex[i + 1]);
+    if (high < 0 || low < 0) return error(Code::InvalidArgument, "run secret is not lowercase hex digits");
+    raw.push_back(static_cast<char>(high * 16 + low));
+  }
+  return raw;
+}
+
+// pump() may still hold the connection: it is shut down now (the joiner sees
+// EOF, pump stops polling it) and destroyed after the pump returns.
+void LocalGroup::drop(std::unique_ptr<Connection>& connection, const std::string& why) {
+  if (admission_.on_dropped) admission_.on_dropped("local bootstrap: dropped " + why + "; the group keeps forming");
+  ::shutdown(connection->fd(), SHUT_RDWR);
+  dropped_.push_back(std::move(connection));
+}
+
+// SO_PEERCRED: the same user, and a child of our launcher when we have one.
+bool LocalGroup::admit_peer(int fd) {
+  ucred peer{};
+  socklen_t length = sizeof peer;
+  std::string why;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+    why = fmt::format("a connection whose credentials are unknown ({})", std::strerror(errno));
+  } else if (peer.uid != ::geteuid()) {
+    why = fmt::format("a connection from pid {} of uid {} (this run is uid {})", peer.pid, peer.uid, ::geteuid());
+  } else if (admission_.launcher_pid > 0 && admission_.launcher_pid == ::getppid() &&
+             parent_of(peer.pid) != admission_.launcher_pid) {
+    why = fmt::format("a connection from pid {}, which the launcher (pid {}) did not start", peer.pid,
+                      admission_.launcher_pid);
+  }
+  if (why.empty()) return true;
+  if (admission_.on_dropped) admission_.on_dropped("local bootstrap: dropped " + why + "; the group keeps forming");
+  return false;
+}
+
+// One pending connection's hello: registers it as rank `from`, drops a
+// forged or malformed one, or says why the group cannot form.
 Status LocalGroup::take_hello(std::unique_ptr<Connection>& connection, int& joined) {
   Message message = std::move(connection->inbox().front());
   connection->inbox().pop_front();
   const auto& header = message.header;
-  if (header.kind != MessageKind::Hello || header.sequence != 0)
-    return error(Code::Mismatch, fmt::format("a process in the rendezvous directory sent {} instead of hello",
-                                             collective_name(header.kind, header.sequence)));
+  if (header.kind != MessageKind::Hello || header.sequence != 0) {
+    drop(connection, "a process that sent " + collective_name(header.kind, header.sequence) + " instead of hello");
+    return Status::ok();
+  }
   auto hello = decode_hello(message.payload);
-  if (!hello.is_ok()) return hello.status().with_context(fmt::format("hello of rank {}", header.sender));
+  if (!hello.is_ok()) {
+    drop(connection, fmt::format("a malformed hello claiming rank {}: {}", header.sender, hello.status().message()));
+    return Status::ok();
+  }
   const int from = header.sender;
+  if (!admission_.secret.empty() && !same_secret(hello->secret, admission_.secret)) {
+    drop(connection, fmt::format("a hello claiming rank {} from pid {} without the run's secret", from, hello->pid));
+    return Status::ok();
+  }
   if (hello->size != size_)
     return error(Code::Mismatch, fmt::format("rank {} (pid {}) was started for a group of {} ranks, rank 0 for {}",
                                              from, hello->pid, hello->size, size_));
@@ -101,7 +175,7 @@ Status LocalGroup::accept_hellos(int listener, Deadline deadline,
     for (auto& connection : pending) {
       if (!connection) continue;
       if (!connection->inbox().empty()) failure = take_hello(connection, joined);
-      else if (!connection->alive()) connection.reset();  // went away before saying who it is
+      else if (!connection->alive()) dropped_.push_back(std::move(connection));  // went away before saying who it is
       if (!failure.is_ok()) return true;
     }
     for (int r = 1; r < size_; ++r)
@@ -114,6 +188,10 @@ Status LocalGroup::accept_hellos(int listener, Deadline deadline,
   };
   while (true) {
     for (int fd; (fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+      if (!admit_peer(fd)) {
+        ::close(fd);
+        continue;
+      }
       enlarge_socket_buffers(fd);
       pending.push_back(std::make_unique<Connection>(fd, -1));
     }
@@ -122,6 +200,7 @@ Status LocalGroup::accept_hellos(int listener, Deadline deadline,
       if (connection) watched.push_back(connection.get());
     Deadline slice = std::min(Deadline::after_seconds(0.01), deadline, [](auto& a, auto& b) { return a.at() < b.at(); });
     Status pumped = pump(watched, slice, check_hellos);
+    dropped_.clear();  // no pump holds them any more
     if (!failure.is_ok() || pumped.is_ok()) return failure;
     if (deadline.expired()) {
       std::vector<int> missing;
@@ -196,7 +275,7 @@ Status LocalGroup::join_as_member(const std::string& dir, Deadline deadline) {
   peers_[0] = std::make_unique<Connection>(fd, 0);
   Connection* hub = peers_[0].get();
   hub->send(std::make_shared<const std::string>(encode_message(
-      MessageKind::Hello, 0, rank_, encode_hello({size_, static_cast<int32_t>(::getpid())}))));
+      MessageKind::Hello, 0, rank_, encode_hello({size_, static_cast<int32_t>(::getpid()), admission_.secret}))));
   std::optional<Message> reply;
   Status pumped = await_hub_message(hub, deadline, &reply);
   if (reply) {
@@ -227,6 +306,8 @@ Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& 
   if (!(options.connect_timeout_seconds > 0))
     return error(Code::InvalidArgument, "local group connect timeout must be positive");
   auto group = std::make_unique<bootstrap::LocalGroup>(options.rank, options.size);
+  EPLB_ASSIGN_OR_RETURN(std::string secret, bootstrap::secret_bytes(options.secret));
+  group->set_admission({std::move(secret), options.launcher_pid, options.on_dropped});
   if (options.size == 1) return std::unique_ptr<ProcessGroup>(std::move(group));
   if (options.rendezvous_dir.empty())
     return error(Code::InvalidArgument,

@@ -150,16 +150,21 @@ std::string encode_hello(const Hello& hello) {
   bytes::Writer writer;
   writer.i32(hello.size);
   writer.i32(hello.pid);
-  return writer.take();
+  std::string secret = hello.secret;
+  secret.resize(kRunSecretBytes, '\0');
+  return writer.take() + secret;
 }
 
 Result<Hello> decode_hello(std::string_view payload) {
-  if (payload.size() != 8)
-    return error(Code::ParseError, fmt::format("bootstrap hello payload has {} bytes, expected 8", payload.size()));
+  constexpr size_t kHelloBytes = 8 + kRunSecretBytes;
+  if (payload.size() != kHelloBytes)
+    return error(Code::ParseError, fmt::format("bootstrap hello payload has {} bytes, expected {}", payload.size(),
+                                               kHelloBytes));
   bytes::Reader reader(payload);
   Hello hello;
   hello.size = reader.i32();
   hello.pid = reader.i32();
+  hello.secret = std::string(payload.substr(8, kRunSecretBytes));
   if (hello.size <= 0)
     return error(Code::ParseError, fmt::format("bootstrap hello: group size {} is not positive", hello.size));
   return hello;

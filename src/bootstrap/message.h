@@ -27,7 +27,10 @@
 namespace eplb::bootstrap {
 
 inline constexpr uint32_t kMessageMagic = 0x53425045;  // "EPBS" in memory order
-inline constexpr uint16_t kMessageVersion = 1;
+// 2: the hello carries the run secret.
+inline constexpr uint16_t kMessageVersion = 2;
+// The per-run secret of launch_local_ranks, in raw bytes (256 bits).
+inline constexpr size_t kRunSecretBytes = 32;
 inline constexpr size_t kHeaderBytes = 32;
 // Largest payload accepted: bounds what a corrupted length can make us allocate.
 inline constexpr uint64_t kMaxPayloadBytes = uint64_t{256} << 20;  // 256 MiB
@@ -96,9 +99,12 @@ class FrameReader {
 };
 
 // Payload codecs.
+// Payload: i32 size, i32 pid, then kRunSecretBytes of the run secret
+// (zeros when the rank has none): exactly 40 bytes.
 struct Hello {
-  int32_t size = 0;  // the group size the sender was started with
-  int32_t pid = 0;   // for error messages
+  int32_t size = 0;    // the group size the sender was started with
+  int32_t pid = 0;     // for error messages
+  std::string secret;  // kRunSecretBytes raw bytes, or empty (sent as zeros)
 };
 std::string encode_hello(const Hello& hello);
 Result<Hello> decode_hello(std::string_view payload);

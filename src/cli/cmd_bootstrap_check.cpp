@@ -54,7 +54,7 @@ std::string host_description() {
 
 Result<std::unique_ptr<ProcessGroup>> join_group(const std::string& bootstrap, double timeout) {
   if (bootstrap == "mpi") return make_mpi_group(timeout, kExitTimeout);
-  EPLB_ASSIGN_OR_RETURN(LocalGroupOptions options, local_group_options_from_env());
+  EPLB_ASSIGN_OR_RETURN(LocalGroupOptions options, launched_group_options());
   options.connect_timeout_seconds = timeout;
   return make_local_group(options);
 }

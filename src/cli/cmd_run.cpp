@@ -54,6 +54,20 @@ void install_test_hooks(RunOptions& options, int rank) {
   };
 }
 
+// Test-only: EPLB_TEST_JOIN_DELAY="R:MS" makes rank R wait MS milliseconds
+// (at most 10 s) before joining its group, so that a test's forged hello
+// arrives first.
+void delay_join_for_test(const LocalGroupOptions& options) {
+  const char* delay = std::getenv("EPLB_TEST_JOIN_DELAY");
+  if (!delay) return;
+  auto fields = text::split(delay, ':');
+  if (fields.size() != 2) return;
+  auto rank = text::parse_int(fields[0], "hook rank");
+  auto milliseconds = text::parse_int_in(fields[1], "hook delay", 0, 10000);
+  if (rank && milliseconds && *rank == options.rank)
+    std::this_thread::sleep_for(std::chrono::milliseconds(*milliseconds));
+}
+
 // --json: created (its directory checked) before any work, each round
 // appended as it ends, renamed into place when the run ends, whether it
 // completed or stopped. A rank killed before the end leaves
@@ -231,20 +245,45 @@ void launch(const RunOptions& options, const std::string& json) {
   set_launch_result(launch_local_ranks(launch_options));
 }
 
+// Refuses, before any rank allocates, a run whose ranks on this machine
+// would not fit in its memory (or, over UCX, in /dev/shm).
+Status admit_on_this_machine(const RunOptions& options, int local_ranks, bool over_ucx) {
+  const Topology& topology = options.topology;
+  auto machine = read_machine_memory();
+  if (!machine) return machine.status();
+  RankMemory per_rank = rank_memory(StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), options.tensors));
+  return admit_memory(per_rank, local_ranks, over_ucx, *machine);
+}
+
+// mpirun's count of the ranks on this host (OpenMPI), 1 when unknown.
+int mpi_local_ranks() {
+  const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  auto parsed = text::parse_int_in(text ? text : "1", "OMPI_COMM_WORLD_LOCAL_SIZE", 1, 4096);
+  return parsed ? int(*parsed) : 1;
+}
+
 void run_command(const RunArgs& args) {
   const bool loopback = args.transport == "loopback";
   const bool mpi = !loopback && (args.bootstrap == "mpi" || launched_by_mpirun());
   if (loopback || (!mpi && !local_group_options_from_env())) {
     auto options = build_run_options(args, 0);
     if (!options) return set_command_result(options.status());
+    if (Status admitted = admit_on_this_machine(*options, options->topology.num_ranks, !loopback); !admitted)
+      return set_command_result(admitted);
     if (!loopback) return launch(*options, args.json);
     if (Status valid = validate_run_options(*options); !valid) return set_command_result(valid);
     return set_command_result(run_in_threads(std::move(options).value(), run_labels(args, false), args.json));
   }
-  auto group = mpi ? make_mpi_group(30, kExitTimeout) : make_local_group(*local_group_options_from_env());
+  auto local = launched_group_options();
+  if (!mpi && local) delay_join_for_test(*local);
+  auto group = mpi ? make_mpi_group(30, kExitTimeout) : make_local_group(*local);
   if (!group) return set_command_result(group.status().with_context(mpi ? "MPI bootstrap" : "local bootstrap"));
   auto options = build_run_options(args, (*group)->size());
   if (!options) return set_command_result(options.status());
+  if (mpi) {
+    if (Status admitted = admit_on_this_machine(*options, mpi_local_ranks(), true); !admitted)
+      return set_command_result(admitted);
+  }
   set_command_result(run_as_rank(**group, std::move(options).value(), run_labels(args, mpi), args.json, mpi));
 }
 

@@ -41,6 +41,9 @@ void set_launch_result(const LaunchResult& launched);
 // A launch's outcome as this command's Status: a failed rank's exit code is
 // mapped back to its code, so the launcher exits as the failing rank did.
 Status launch_status(const LaunchResult& launched);
+// The launched rank's local group options from the environment, with
+// dropped joiners (a forged hello, a foreign process) logged on stderr.
+Result<LocalGroupOptions> launched_group_options();
 
 }  // namespace eplb::cli
 

@@ -55,6 +55,12 @@ int exit_code_for(const Status& status) {
   }
 }
 
+Result<LocalGroupOptions> launched_group_options() {
+  EPLB_ASSIGN_OR_RETURN(LocalGroupOptions options, local_group_options_from_env());
+  options.on_dropped = [](const std::string& line) { std::fprintf(stderr, "eplb: %s\n", line.c_str()); };
+  return options;
+}
+
 Code code_for_exit(int exit_code, bool signalled) {
   if (signalled) return Code::RemoteDisconnect;
   switch (exit_code) {

@@ -267,6 +267,7 @@ class UcxBackend final : public Backend {
       ucp_mem_unmap(state_->context, memh);
       return status_for(status != UCS_OK ? status : UCS_ERR_NO_MEMORY, "ucp_mem_query");
     }
+    restrict_own_sysv_segments();
     auto memory = pack(memh);
     if (!memory) return memory.status();
     *address = attributes.address;
@@ -507,6 +508,7 @@ Result<std::unique_ptr<Backend>> make_ucx_backend(const AgentConfig& config) {
     return status_for(status, fmt::format("ucp_init for agent {} ({})", config.name, description));
   }
   EPLB_TRY(create_worker(*state, config.name));
+  restrict_own_sysv_segments();
   EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> address, worker_address(*state));
   return std::unique_ptr<Backend>(std::make_unique<UcxBackend>(std::move(state), std::move(address), description));
 }

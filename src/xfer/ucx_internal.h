@@ -141,4 +141,8 @@ Result<std::unique_ptr<BackendRequest>> post_ucx_request(Operation op, const std
                                                          std::span<const TransferSegment> segments,
                                                          std::vector<uint8_t> notification_payload);
 
+// Narrows this process's System V segments from UCX's 0660 to 0600
+// (ucx_shm_mode.cpp); returns how many it changed.
+int restrict_own_sysv_segments();
+
 }  // namespace eplb::xfer::ucx

@@ -140,10 +140,10 @@ TEST_F(LocalGroupTest, SizeMismatchAtJoinIsNamed) {
   // Rank 0 thinks the group has 2 ranks, rank 1 thinks 3: both refuse.
   Status statuses[2];
   std::thread hub([&] {
-    statuses[0] = make_local_group({0, 2, dir_, 5}).status();
+    statuses[0] = make_local_group({0, 2, dir_, 5, {}, 0, {}}).status();
   });
   std::thread member([&] {
-    statuses[1] = make_local_group({1, 3, dir_, 5}).status();
+    statuses[1] = make_local_group({1, 3, dir_, 5, {}, 0, {}}).status();
   });
   hub.join();
   member.join();
@@ -156,7 +156,7 @@ TEST_F(LocalGroupTest, SizeMismatchAtJoinIsNamed) {
 
 TEST_F(LocalGroupTest, MissingHubIsATimeoutWithinTheConnectTimeout) {
   Stopwatch watch;
-  auto group = make_local_group({1, 2, dir_, 0.3});
+  auto group = make_local_group({1, 2, dir_, 0.3, {}, 0, {}});
   ASSERT_FALSE(group.is_ok());
   EXPECT_EQ(group.status().code(), Code::Timeout) << group.status().to_string();
   EXPECT_NE(group.status().message().find("could not connect to rank 0"), std::string::npos);
@@ -164,7 +164,7 @@ TEST_F(LocalGroupTest, MissingHubIsATimeoutWithinTheConnectTimeout) {
 }
 
 TEST_F(LocalGroupTest, MissingMemberIsATimeoutNamingIt) {
-  auto group = make_local_group({0, 3, dir_, 0.3});
+  auto group = make_local_group({0, 3, dir_, 0.3, {}, 0, {}});
   ASSERT_FALSE(group.is_ok());
   EXPECT_EQ(group.status().code(), Code::Timeout);
   EXPECT_NE(group.status().message().find("ranks 1, 2 did not join"), std::string::npos)
@@ -172,11 +172,11 @@ TEST_F(LocalGroupTest, MissingMemberIsATimeoutNamingIt) {
 }
 
 TEST_F(LocalGroupTest, BadOptionsAreRejected) {
-  EXPECT_EQ(make_local_group({0, 0, dir_, 1}).status().code(), Code::InvalidArgument);
-  EXPECT_EQ(make_local_group({2, 2, dir_, 1}).status().code(), Code::InvalidArgument);
-  EXPECT_EQ(make_local_group({0, 2, "", 1}).status().code(), Code::InvalidArgument);
-  EXPECT_EQ(make_local_group({0, 2, "/tmp/" + std::string(200, 'd'), 1}).status().code(), Code::InvalidArgument);
-  auto single = make_local_group({0, 1, "", 1});
+  EXPECT_EQ(make_local_group({0, 0, dir_, 1, {}, 0, {}}).status().code(), Code::InvalidArgument);
+  EXPECT_EQ(make_local_group({2, 2, dir_, 1, {}, 0, {}}).status().code(), Code::InvalidArgument);
+  EXPECT_EQ(make_local_group({0, 2, "", 1, {}, 0, {}}).status().code(), Code::InvalidArgument);
+  EXPECT_EQ(make_local_group({0, 2, "/tmp/" + std::string(200, 'd'), 1, {}, 0, {}}).status().code(), Code::InvalidArgument);
+  auto single = make_local_group({0, 1, "", 1, {}, 0, {}});
   ASSERT_TRUE(single.is_ok());
   auto all = (*single)->allgather("solo", Deadline::after_seconds(1));
   ASSERT_TRUE(all.is_ok());

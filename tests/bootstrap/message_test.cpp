@@ -69,7 +69,7 @@ TEST(BootstrapMessage, MalformedHeadersAreRejected) {
 }
 
 TEST(BootstrapMessage, FrameReaderReassemblesAByteAtATime) {
-  std::string stream = encode_message(MessageKind::Hello, 0, 3, encode_hello({4, 99})) +
+  std::string stream = encode_message(MessageKind::Hello, 0, 3, encode_hello({4, 99, {}})) +
                        encode_message(MessageKind::Barrier, 1, 3, "") +
                        encode_message(MessageKind::Allgather, 2, 3, std::string(1000, 'z'));
   FrameReader reader;
@@ -157,8 +157,8 @@ TEST(BootstrapMessage, VoteHelloAbortCodecs) {
   EXPECT_EQ(decode_vote(std::string("\x02", 1)).status().code(), Code::ParseError);
 
   EXPECT_EQ(decode_hello("short").status().code(), Code::ParseError);
-  EXPECT_EQ(decode_hello(encode_hello({0, 1})).status().code(), Code::ParseError);
-  EXPECT_EQ(decode_hello(encode_hello({-3, 1})).status().code(), Code::ParseError);
+  EXPECT_EQ(decode_hello(encode_hello({0, 1, {}})).status().code(), Code::ParseError);
+  EXPECT_EQ(decode_hello(encode_hello({-3, 1, {}})).status().code(), Code::ParseError);
 
   auto abort = decode_abort(encode_abort(error(Code::Timeout, "rank 3 silent")));
   ASSERT_TRUE(abort.is_ok());

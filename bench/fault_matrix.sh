@@ -264,9 +264,9 @@ run_case 12a "--timeout 1e10" refuse 20 "" "${base[@]}" $(shape 4 2) --timeout 1
 run_case 12b "--timeout nan" refuse 20 "" "${base[@]}" $(shape 4 2) --timeout nan
 run_case 12c "xfer-bench --timeout inf" refuse 20 "" "$eplb" xfer-bench --block-sizes 4K --timeout inf
 run_case 13a "xfer-bench --listen 70000" refuse 20 "" "$eplb" xfer-bench --listen 70000
-run_case 13b "xfer-bench target, malformed message" refuse 20 "" bash -c \
+run_case 13b "xfer-bench target, malformed message" refuse 20 "EPLB_XFER_BENCH_SECRET=abababababababababababababababababababababababababababababababab" bash -c \
   "$eplb xfer-bench --listen 47111 --timeout 5 & t=\$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/47111; printf 'Z\\0\\0\\0\\0\\0\\0\\0\\0' >&3; wait \$t"
-run_case 13c "xfer-bench target, silent client (--timeout 1)" refuse 20 "" bash -c \
+run_case 13c "xfer-bench target, silent client (--timeout 1)" refuse 20 "EPLB_XFER_BENCH_SECRET=abababababababababababababababababababababababababababababababab" bash -c \
   "$eplb xfer-bench --listen 47112 --timeout 1 & t=\$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/47112; wait \$t"
 run_case 14a "--json /proc/x.json" refuse 20 "" "${base[@]}" $(shape 4 2) --json /proc/x.json
 run_case 14b "aborted run (corrupt=1, --retries 0) writes --json" abort 30 "" \

@@ -71,6 +71,13 @@ struct FingerprintField {
 // shortened) that differ from rank 0's.
 Status check_fingerprint(ProcessGroup& group, const std::vector<FingerprintField>& fields, Deadline deadline);
 
+// A fresh 256-bit secret as 64 lowercase hex digits (getrandom), the kind
+// the launcher gives its ranks; run_secret_bytes turns one back into its 32
+// raw bytes ("" stays "", anything but 64 hex digits is InvalidArgument).
+// Applications that guard a socket of their own (xfer-bench) use the same.
+Result<std::string> make_run_secret();
+Result<std::string> run_secret_bytes(const std::string& hex);
+
 // Local group: how a launched rank finds its group. launch_local_ranks passes
 // these through the environment (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR,
 // EPLB_RUN_SECRET, EPLB_LAUNCHER_PID).

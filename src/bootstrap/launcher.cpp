@@ -71,21 +71,6 @@ std::string find_executable(const std::string& name) {
   return name;
 }
 
-// A fresh 256-bit secret as 64 hex digits (getrandom).
-Result<std::string> make_run_secret() {
-  uint8_t random[bootstrap::kRunSecretBytes];
-  size_t filled = 0;
-  while (filled < sizeof random) {
-    ssize_t got = ::getrandom(random + filled, sizeof random - filled, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return error(Code::IoError, fmt::format("launch: getrandom: {}", std::strerror(errno)));
-    filled += size_t(got);
-  }
-  std::string hex;
-  for (uint8_t byte : random) hex += fmt::format("{:02x}", byte);
-  return hex;
-}
-
 bool is_launch_variable(std::string_view entry) {
   for (const char* name : {"EPLB_RANK=", "EPLB_SIZE=", "EPLB_BOOTSTRAP_DIR=", "EPLB_RUN_SECRET=", "EPLB_LAUNCHER_PID="})
     if (entry.starts_with(name)) return true;
@@ -344,6 +329,21 @@ LaunchResult Launch::finish() {
 }
 
 }  // namespace
+
+// A fresh 256-bit secret as 64 hex digits (getrandom); eplb/bootstrap.h.
+Result<std::string> make_run_secret() {
+  uint8_t random[bootstrap::kRunSecretBytes];
+  size_t filled = 0;
+  while (filled < sizeof random) {
+    ssize_t got = ::getrandom(random + filled, sizeof random - filled, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return error(Code::IoError, fmt::format("run secret: getrandom: {}", std::strerror(errno)));
+    filled += size_t(got);
+  }
+  std::string hex;
+  for (uint8_t byte : random) hex += fmt::format("{:02x}", byte);
+  return hex;
+}
 
 LaunchResult launch_local_ranks(const LaunchOptions& options) {
   LaunchResult refused;

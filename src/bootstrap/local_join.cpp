@@ -297,6 +297,8 @@ Status LocalGroup::join_as_member(const std::string& dir, Deadline deadline) {
 
 }  // namespace bootstrap
 
+Result<std::string> run_secret_bytes(const std::string& hex) { return bootstrap::secret_bytes(hex); }
+
 Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options) {
   if (options.size < 1 || options.size > 65536)
     return error(Code::InvalidArgument, fmt::format("local group size {} is not in [1, 65536]", options.size));

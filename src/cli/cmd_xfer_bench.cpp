@@ -232,15 +232,22 @@ Status run_bench(const BenchOptions& options) {
   const uint64_t bytes = largest * static_cast<uint64_t>(options.batch);
   EPLB_TRY(pin_to_cpu(options.cpu, "--cpu"));
   if (options.listen_port > 0) {
+    EPLB_ASSIGN_OR_RETURN(std::string secret, listen_secret());
     EPLB_ASSIGN_OR_RETURN(int fd,
                           accept_one(options.bind_address, options.listen_port, options.listen_timeout_seconds));
-    Status served = serve(options, fd, bytes);
+    Status served = serve(options, fd, bytes, secret);
     ::close(fd);
     return served;
   }
   Target target;
   if (!options.peer.empty()) {
+    EPLB_TRY(check_peer(options.peer));
+    EPLB_ASSIGN_OR_RETURN(std::string secret, peer_secret());
     EPLB_ASSIGN_OR_RETURN(target.fd, connect_to(options.peer));
+    if (!send_secret(target.fd, secret)) {
+      ::close(target.fd);
+      return error(Code::RemoteDisconnect, fmt::format("xfer-bench: cannot send the secret to {}", options.peer));
+    }
   } else {
     EPLB_ASSIGN_OR_RETURN(target, fork_target(options, bytes));
   }
@@ -294,9 +301,9 @@ void add_target_options(CLI::App& command, BenchOptions& options) {
                      "serve as the target for one --peer on this TCP port (1-65535), on --bind's address")
       ->check(CLI::Range(1, 65535));
   command.add_option("--bind", options.bind_address,
-                     "the local IPv4 address --listen binds; 0.0.0.0 serves every interface (the target hands its\n"
-                     "buffer's address and remote key to the first client, unauthenticated: bind only where you\n"
-                     "trust every peer)")
+                     "the local IPv4 address --listen binds; 0.0.0.0 serves every interface. The target serves only\n"
+                     "a client that proves EPLB_XFER_BENCH_SECRET (64 hex digits; unset, the target makes one and\n"
+                     "prints it): set it in the --peer side's environment")
       ->capture_default_str();
   command.add_option("--listen-timeout", options.listen_timeout_seconds,
                      "seconds (at most 86400) --listen waits for its --peer to connect")

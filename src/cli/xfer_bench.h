@@ -52,10 +52,25 @@ bool receive_message(int fd, char* type, std::vector<uint8_t>* payload);
 // Bounds every blocking read and write on `fd` to `seconds` (then they fail).
 void set_io_timeout(int fd, double seconds);
 // Message fields are little-endian (common/bytes.h).
-// Connects to HOST:PORT (PORT 1-65535).
+// InvalidArgument unless `peer` is HOST:PORT (PORT 1-65535).
+Status check_peer(const std::string& peer);
+// Connects to HOST:PORT (checked as check_peer does).
 Result<int> connect_to(const std::string& peer);
 // Waits up to `timeout_seconds` for one connection on `bind_address`:`port`.
 Result<int> accept_one(const std::string& bind_address, int port, double timeout_seconds);
+
+// --- who may use a --listen target ----------------------------------------------
+// A --listen target serves only an initiator whose first message is 'A' with
+// the 32 raw bytes of the secret EPLB_XFER_BENCH_SECRET (64 hex digits). The
+// target takes it from its environment or, when unset, makes a fresh one and
+// prints it on stderr; the --peer side must have it set. A forked target
+// (a private socketpair) needs none.
+Result<std::string> listen_secret();
+Result<std::string> peer_secret();
+bool send_secret(int fd, const std::string& raw_secret);
+// NotAllowed (nothing is sent) unless the next message is 'A' with the
+// secret; Timeout when nothing comes within `timeout_seconds`.
+Status check_secret(int fd, const std::string& raw_secret, double timeout_seconds);
 
 // --- content for --check ----------------------------------------------------------
 
@@ -83,9 +98,10 @@ Status check_cpu(int cpu, const char* what);
 // Pins the calling process to one CPU (`what` names it in the error).
 Status pin_to_cpu(int cpu, const char* what);
 
-// Serves one initiator on `fd` until 'Q' or EOF: sends [u64 buffer address]
-// [u64 buffer bytes][metadata], then answers 'H' (the XXH3 of a range).
-Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes);
+// Serves one initiator on `fd` until 'Q' or EOF: checks its secret (when
+// `raw_secret` is not empty), sends [u64 buffer address][u64 buffer bytes]
+// [metadata], then answers 'H' (the XXH3 of a range).
+Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes, const std::string& raw_secret = {});
 
 // --- the initiator's rows (xfer_bench_row.cpp) ------------------------------------
 

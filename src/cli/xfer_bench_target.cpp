@@ -143,8 +143,9 @@ Status serve_loop(Agent& agent, int fd, const Buffer& buffer, bool busy, int pol
 }  // namespace
 
 // Serves one initiator on `fd` until 'Q'.
-Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes) {
+Status serve(const BenchOptions& options, int fd, uint64_t buffer_bytes, const std::string& raw_secret) {
   set_io_timeout(fd, options.timeout_seconds);  // the loop polls before it reads; a message must then follow
+  if (!raw_secret.empty()) EPLB_TRY(check_secret(fd, raw_secret, options.timeout_seconds));
   EPLB_ASSIGN_OR_RETURN(auto agent, make_agent(options, "xfer-bench-target"));
   EPLB_ASSIGN_OR_RETURN(Buffer buffer, make_buffer(options, *agent, buffer_bytes));
   fill_pattern(buffer.data, buffer.size, 0);

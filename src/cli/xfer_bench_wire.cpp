@@ -11,10 +11,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/bytes.h"
+#include "eplb/bootstrap.h"
 #include "common/text.h"
 #include "xfer_bench.h"
 
@@ -86,11 +89,18 @@ void fill_pattern(uint8_t* data, size_t length, uint64_t salt) {
   for (size_t i = 0; i < length; ++i) data[i] = pattern_byte(i + salt);
 }
 
-Result<int> connect_to(const std::string& peer) {
+Status check_peer(const std::string& peer) {
   const auto colon = peer.rfind(':');
   if (colon == std::string::npos) return error(Code::InvalidArgument, "--peer must be HOST:PORT, got '" + peer + "'");
+  if (auto number = text::parse_int_in(peer.substr(colon + 1), "--peer port", 1, 65535); !number)
+    return number.status();
+  return Status::ok();
+}
+
+Result<int> connect_to(const std::string& peer) {
+  EPLB_TRY(check_peer(peer));
+  const auto colon = peer.rfind(':');
   const std::string host = peer.substr(0, colon), port = peer.substr(colon + 1);
-  if (auto number = text::parse_int_in(port, "--peer port", 1, 65535); !number) return number.status();
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
@@ -150,6 +160,56 @@ Result<int> accept_one(const std::string& bind_address, int port, double timeout
   ::close(listener);
   if (fd < 0) return error(Code::IoError, "--listen: accept failed");
   return fd;
+}
+
+namespace {
+Result<std::string> secret_from_environment(const char* hex) {
+  auto raw = run_secret_bytes(hex);
+  if (!raw) return raw.status().with_context("EPLB_XFER_BENCH_SECRET");
+  return raw;
+}
+}  // namespace
+
+Result<std::string> listen_secret() {
+  const char* hex = std::getenv("EPLB_XFER_BENCH_SECRET");
+  if (hex && *hex) return secret_from_environment(hex);
+  EPLB_ASSIGN_OR_RETURN(std::string fresh, make_run_secret());
+  std::fprintf(stderr, "eplb xfer-bench: this target's secret; give it to the --peer side as\n"
+                       "  EPLB_XFER_BENCH_SECRET=%s\n", fresh.c_str());
+  return run_secret_bytes(fresh);
+}
+
+Result<std::string> peer_secret() {
+  const char* hex = std::getenv("EPLB_XFER_BENCH_SECRET");
+  if (!hex || !*hex)
+    return error(Code::InvalidArgument, "--peer: set EPLB_XFER_BENCH_SECRET to the secret the --listen target "
+                                        "printed (or gave it in its own environment)");
+  return secret_from_environment(hex);
+}
+
+bool send_secret(int fd, const std::string& raw_secret) {
+  return send_message(fd, 'A', std::vector<uint8_t>(raw_secret.begin(), raw_secret.end()));
+}
+
+Status check_secret(int fd, const std::string& raw_secret, double timeout_seconds) {
+  pollfd readable{fd, POLLIN, 0};
+  const double milliseconds = std::min(timeout_seconds * 1e3, 86400e3);
+  if (::poll(&readable, 1, static_cast<int>(std::ceil(milliseconds))) <= 0)
+    return error(Code::Timeout, fmt::format("xfer-bench target: no message from the initiator for {} (--timeout)",
+                                            format_seconds(timeout_seconds)));
+  char type = 0;
+  std::vector<uint8_t> payload;
+  if (!receive_message(fd, &type, &payload))
+    return error(Code::NotAllowed, "xfer-bench target: the initiator sent no secret (a malformed, truncated or "
+                                   "missing first message, or none within --timeout); nothing was sent to it");
+  uint8_t differ = payload.size() == raw_secret.size() ? 0 : 1;
+  for (size_t i = 0; i < payload.size() && i < raw_secret.size(); ++i)
+    differ |= static_cast<uint8_t>(payload[i] ^ static_cast<uint8_t>(raw_secret[i]));
+  if (type != 'A' || differ != 0)
+    return error(Code::NotAllowed, fmt::format("xfer-bench target: the initiator's first message (type 0x{:02x}, {} "
+                                               "bytes) does not carry EPLB_XFER_BENCH_SECRET; nothing was sent to it",
+                                               static_cast<uint8_t>(type), payload.size()));
+  return Status::ok();
 }
 
 }  // namespace eplb::cli::xfer_bench

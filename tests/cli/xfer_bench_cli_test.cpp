@@ -69,6 +69,21 @@ TEST(XferBenchCli, PinnedInitiatorAndTargetAreChecked) {
   expect_checked_rows(run, {1 << 20}, 1);
 }
 
+// The secret a --listen target and its --peer share in these tests: 32 bytes
+// of 0xab (octal 253, as the raw-frame tests below write it).
+std::string secret_env() {
+  std::string hex;
+  for (int i = 0; i < 32; ++i) hex += "ab";
+  return "EPLB_LOG=warn EPLB_XFER_BENCH_SECRET=" + hex;
+}
+// The first frame of an initiator that knows that secret: 'A', length 32
+// (u64, little-endian), 32 bytes of 0xab; for printf in bash.
+std::string secret_frame() {
+  std::string frame = "A\\040\\000\\000\\000\\000\\000\\000\\000";
+  for (int i = 0; i < 32; ++i) frame += "\\253";
+  return frame;
+}
+
 // A TCP port for this test process (distinct per test run and per test).
 std::string test_port(int offset) { return std::to_string(30000 + (::getpid() * 7 + offset) % 20000); }
 
@@ -88,7 +103,7 @@ TEST(XferBenchCli, PeerGivesUpOnAStoppedTarget) {
   const std::string script = eplb + " xfer-bench --listen " + port + " --block-sizes 4K & target=$!; sleep 0.5; " +
                              "kill -STOP $target; " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
                              " --block-sizes 4K --timeout 1; status=$?; kill -KILL $target; exit $status";
-  BoundedRun run = run_bounded("sh -c '" + script + "'", "EPLB_LOG=warn", 60);
+  BoundedRun run = run_bounded("sh -c '" + script + "'", secret_env(), 60);
   EXPECT_NE(run.exit_code, 0) << run.output;
   EXPECT_NE(run.exit_code, 137) << "killed by the time limit: the peer hung";
   EXPECT_LT(run.seconds, 20.0);
@@ -123,17 +138,39 @@ TEST(XferBenchCli, ListenAndPeerCompleteAcrossKeepAlives) {
   const std::string script = eplb + " xfer-bench --listen " + port + " --transport tcp --block-sizes 4K,8K --check" +
                              " & t=$!; sleep 0.7; " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
                              " --transport tcp --block-sizes 4K,8K --check; echo initiator=$?; wait $t; echo target=$?";
-  BoundedRun run = run_bounded("sh -c '" + script + "'", "EPLB_LOG=warn", 60);
+  BoundedRun run = run_bounded("sh -c '" + script + "'", secret_env(), 60);
   EXPECT_NE(run.output.find("initiator=0"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("target=0"), std::string::npos) << run.output;
+}
+
+// Issue 17 row 7: the control socket is guarded by a secret. A target
+// without EPLB_XFER_BENCH_SECRET makes one and prints it; a --peer without
+// it is refused before it connects; a wrong one gets nothing from the target.
+TEST(XferBenchCli, TargetServesOnlyAPeerWithItsSecret) {
+  const std::string port = test_port(7), eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
+  const std::string script = "unset EPLB_XFER_BENCH_SECRET; " + eplb + " xfer-bench --listen " + port +
+                             " --block-sizes 4K --timeout 5 & t=$!; sleep 0.7; " + eplb + " xfer-bench --peer 127.0.0.1:" +
+                             port + " --block-sizes 4K; echo unset=$?; EPLB_XFER_BENCH_SECRET=" + std::string(64, '0') +
+                             " " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
+                             " --block-sizes 4K --timeout 5; echo wrong=$?; wait $t; echo target=$?";
+  BoundedRun run = run_bounded("sh -c '" + script + "'", "EPLB_LOG=warn", 60);
+  EXPECT_NE(run.output.find("give it to the --peer side as"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("unset=2"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("set EPLB_XFER_BENCH_SECRET to the secret"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("wrong=0"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("target=1"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("does not carry EPLB_XFER_BENCH_SECRET; nothing was sent to it"), std::string::npos)
+      << run.output;
+  EXPECT_LT(run.seconds, 30.0);
 }
 
 TEST(XferBenchCli, MalformedMessageEndsTheTargetWithAnError) {
   const std::string port = test_port(4);
   const std::string script = std::string(EPLB_BINARY_DIR) + "/eplb xfer-bench --listen " + port +
                              " --block-sizes 4K --timeout 5 & t=$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/" + port +
-                             "; printf \"Z\\000\\000\\000\\000\\000\\000\\000\\000\" >&3; wait $t; echo exit=$?";
-  BoundedRun run = run_bounded("bash -c '" + script + "'", "EPLB_LOG=warn", 30);
+                             "; printf \"" + secret_frame() +
+                             "Z\\000\\000\\000\\000\\000\\000\\000\\000\" >&3; wait $t; echo exit=$?";
+  BoundedRun run = run_bounded("bash -c '" + script + "'", secret_env(), 30);
   EXPECT_NE(run.output.find("exit=3"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("malformed control message (type 0x5a, 0 bytes"), std::string::npos) << run.output;
   EXPECT_LT(run.seconds, 10.0);
@@ -144,7 +181,7 @@ TEST(XferBenchCli, SilentClientTimesOutAfterTimeout) {
   const std::string script = std::string(EPLB_BINARY_DIR) + "/eplb xfer-bench --listen " + port +
                              " --block-sizes 4K --timeout 1 & t=$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/" + port +
                              "; wait $t; echo exit=$?";
-  BoundedRun run = run_bounded("bash -c '" + script + "'", "EPLB_LOG=warn", 30);
+  BoundedRun run = run_bounded("bash -c '" + script + "'", secret_env(), 30);
   EXPECT_NE(run.output.find("exit=4"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("no message from the initiator for 1.0 s (--timeout)"), std::string::npos) << run.output;
   EXPECT_LT(run.seconds, 10.0);

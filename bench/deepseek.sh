@@ -65,4 +65,4 @@ for entry in "${cases[@]}"; do
   fi
 done
 
-exec "$(command -v python3 || echo "$python")" "$root/bench/deepseek_table.py" "$work"
+"$(command -v python3 || echo "$python")" "$root/bench/deepseek_table.py" "$work"  # not exec: the EXIT trap removes $work

@@ -193,7 +193,7 @@ killed_launcher_case() {
   mkdir -p "$tmp"
   ls -A /dev/shm | sort >"$work/shm-before"
   start=$(date +%s.%N)
-  TMPDIR="$tmp" "${base[@]}" $(shape 8 50) >/dev/null 2>&1 &
+  TMPDIR="$tmp" "${base[@]}" $(shape 8 50) --inject delay_ms=50 >/dev/null 2>&1 &
   local launcher=$!
   sleep 1
   kill -9 "$launcher"

@@ -3,9 +3,13 @@
 // pinning with --cpu / --target-cpu, the bounded waits of --listen / --peer,
 // and the errors of bad options.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -84,8 +88,36 @@ std::string secret_frame() {
   return frame;
 }
 
-// A TCP port for this test process (distinct per test run and per test).
-std::string test_port(int offset) { return std::to_string(30000 + (::getpid() * 7 + offset) % 20000); }
+// True when nothing on this machine holds TCP `port` (probed by binding it).
+bool tcp_port_is_free(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  return free;
+}
+
+// A TCP port for this test process and `offset`, the same on every call.
+// Drawn from 20000-32767, below Linux's ephemeral range (32768-60999), so
+// no outgoing connection of a concurrent test can be given it; the start
+// depends on the pid so that concurrent test processes differ, and a port
+// found busy is skipped.
+std::string test_port(int offset) {
+  static std::map<int, int> chosen;
+  auto found = chosen.find(offset);
+  if (found != chosen.end()) return std::to_string(found->second);
+  constexpr int kFirst = 20000, kCount = 12768;
+  int port = kFirst + static_cast<int>((static_cast<long>(::getpid()) * 37 + offset * 101) % kCount);
+  for (int tries = 0; tries < kCount && !tcp_port_is_free(port); ++tries) port = kFirst + (port - kFirst + 1) % kCount;
+  chosen[offset] = port;
+  return std::to_string(port);
+}
 
 TEST(XferBenchCli, ListenGivesUpWhenNoPeerComes) {
   BoundedRun run = xfer_bench("--listen " + test_port(1) + " --listen-timeout 1");

@@ -96,17 +96,22 @@ Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& top
   // speed does.
   const int blocks = (layers + shape.block_layers - 1) / shape.block_layers;
   const int workers = std::clamp(threads, 1, blocks);
+  // A worker's scratch is read only by its own thread: once this call's
+  // items are done, a pool worker may already serve another caller's call
+  // and reset it, so what this call must know (an invalid load) is copied
+  // into the call's own vector inside the item.
   std::vector<LayerBlock*> scratch(static_cast<size_t>(workers), nullptr);
+  std::vector<char> saw_invalid(static_cast<size_t>(workers), 0);
   const LayerOutput out{phy2log.data(), phyrank.data(), logcnt.data()};
   parallel_for(size_t(blocks), workers, [&](size_t block, int worker) {
     LayerBlock*& mine = scratch[size_t(worker)];
     if (mine == nullptr) mine = &LayerBlock::for_this_thread(shape);
     const int first = int(block) * shape.block_layers;
     mine->run(load.values.data(), first, std::min(shape.block_layers, layers - first), out);
+    if (mine->saw_invalid_load()) saw_invalid[size_t(worker)] = 1;
   });
 
-  for (const LayerBlock* worker : scratch)
-    if (worker != nullptr && worker->saw_invalid_load()) return invalid_load(load);
+  if (std::find(saw_invalid.begin(), saw_invalid.end(), 1) != saw_invalid.end()) return invalid_load(load);
   const int width = *std::max_element(logcnt.begin(), logcnt.end());
   auto log2phy = build_log2phy(phy2log, phyrank, layers, shape.experts, shape.slots, width, workers);
   // Valid by construction; tests/policy checks every invariant on every shape they run.

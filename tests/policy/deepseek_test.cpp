@@ -3,9 +3,11 @@
 // algorithm on many random shapes, invariants, and thread-count independence.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "deepseek_support.h"
 #include "eplb/policy.h"
@@ -225,6 +227,31 @@ TEST(DeepSeek, OutputIsIndependentOfTheThreadCountAndRepeatable) {
       EXPECT_TRUE(*again == *reference) << "threads=" << threads << " " << topology.to_string();
     }
   }
+}
+
+TEST(DeepSeek, ConcurrentCallersEachGetTheirOwnAnswer) {
+  // Callers on several threads share the pool's workers: a worker may serve
+  // one caller's layers right after another's. An invalid load in one call
+  // must fail that call only, and every valid call must get its own result.
+  const Topology topology{58, 256, 288, 8, 4, 32};
+  const LoadMatrix valid = testing_support::zipf_load(topology.num_layers, topology.num_experts, 3);
+  LoadMatrix invalid = valid;
+  invalid.at(40, 7) = std::nan("");
+  auto reference = deepseek_placement(valid, topology, 1);
+  ASSERT_TRUE(reference.is_ok());
+  std::atomic<int> wrong{0}, calls{0};
+  std::vector<std::thread> callers;
+  for (int caller = 0; caller < 4; ++caller)
+    callers.emplace_back([&, caller] {
+      for (int round = 0; round < 12; ++round, ++calls) {
+        const bool bad = (round + caller) % 2 == 1;
+        auto placement = deepseek_placement(bad ? invalid : valid, topology, 2);
+        if (bad ? placement.is_ok() : !(placement.is_ok() && *placement == *reference)) ++wrong;
+      }
+    });
+  for (auto& caller : callers) caller.join();
+  EXPECT_EQ(calls.load(), 48);
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(DeepSeek, RejectsBadInputsWithClearMessages) {

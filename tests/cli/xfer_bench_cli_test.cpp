@@ -119,6 +119,15 @@ std::string test_port(int offset) {
   return std::to_string(port);
 }
 
+// A shell snippet that waits (at most 30 s) until something listens on TCP
+// `port`, read from /proc/net/tcp: a fixed sleep before connecting lost the
+// race on a loaded machine (the target was not listening yet).
+std::string wait_until_listening(const std::string& port) {
+  return fmt::format("n=0; while ! grep -q \":{:04X} 00000000:0000 0A\" /proc/net/tcp && [ $n -lt 300 ]; do "
+                     "n=$((n+1)); sleep 0.1; done; ",
+                     std::stoi(port));
+}
+
 TEST(XferBenchCli, ListenGivesUpWhenNoPeerComes) {
   BoundedRun run = xfer_bench("--listen " + test_port(1) + " --listen-timeout 1");
   EXPECT_NE(run.exit_code, 0) << run.output;
@@ -132,7 +141,7 @@ TEST(XferBenchCli, PeerGivesUpOnAStoppedTarget) {
   // never sends its metadata: the peer must fail after --timeout, not hang.
   const std::string eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
   const std::string port = test_port(2);
-  const std::string script = eplb + " xfer-bench --listen " + port + " --block-sizes 4K & target=$!; sleep 0.5; " +
+  const std::string script = eplb + " xfer-bench --listen " + port + " --block-sizes 4K & target=$!; " + wait_until_listening(port) +
                              "kill -STOP $target; " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
                              " --block-sizes 4K --timeout 1; status=$?; kill -KILL $target; exit $status";
   BoundedRun run = run_bounded("sh -c '" + script + "'", secret_env(), 60);
@@ -147,7 +156,7 @@ TEST(XferBenchCli, PeerGivesUpOnAStoppedTarget) {
 std::string listening_line(const std::string& bind_arguments, const std::string& port) {
   const std::string eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
   const std::string script = eplb + " xfer-bench --listen " + port + " --listen-timeout 2 " + bind_arguments +
-                             " & t=$!; sleep 0.7; cat /proc/net/tcp; wait $t";
+                             " & t=$!; " + wait_until_listening(port) + "cat /proc/net/tcp; wait $t";
   BoundedRun run = run_bounded("sh -c '" + script + "'", "EPLB_LOG=warn", 30);
   const std::string hex_port = fmt::format(":{:04X} ", std::stoi(port));
   for (size_t at = run.output.find(hex_port); at != std::string::npos; at = run.output.find(hex_port, at + 1)) {
@@ -168,7 +177,7 @@ TEST(XferBenchCli, ListenBindsLoopbackUnlessBindSaysOtherwise) {
 TEST(XferBenchCli, ListenAndPeerCompleteAcrossKeepAlives) {
   const std::string port = test_port(6), eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
   const std::string script = eplb + " xfer-bench --listen " + port + " --transport tcp --block-sizes 4K,8K --check" +
-                             " & t=$!; sleep 0.7; " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
+                             " & t=$!; " + wait_until_listening(port) + eplb + " xfer-bench --peer 127.0.0.1:" + port +
                              " --transport tcp --block-sizes 4K,8K --check; echo initiator=$?; wait $t; echo target=$?";
   BoundedRun run = run_bounded("sh -c '" + script + "'", secret_env(), 60);
   EXPECT_NE(run.output.find("initiator=0"), std::string::npos) << run.output;
@@ -181,7 +190,7 @@ TEST(XferBenchCli, ListenAndPeerCompleteAcrossKeepAlives) {
 TEST(XferBenchCli, TargetServesOnlyAPeerWithItsSecret) {
   const std::string port = test_port(7), eplb = std::string(EPLB_BINARY_DIR) + "/eplb";
   const std::string script = "unset EPLB_XFER_BENCH_SECRET; " + eplb + " xfer-bench --listen " + port +
-                             " --block-sizes 4K --timeout 5 & t=$!; sleep 0.7; " + eplb + " xfer-bench --peer 127.0.0.1:" +
+                             " --block-sizes 4K --timeout 5 & t=$!; " + wait_until_listening(port) + eplb + " xfer-bench --peer 127.0.0.1:" +
                              port + " --block-sizes 4K; echo unset=$?; EPLB_XFER_BENCH_SECRET=" + std::string(64, '0') +
                              " " + eplb + " xfer-bench --peer 127.0.0.1:" + port +
                              " --block-sizes 4K --timeout 5; echo wrong=$?; wait $t; echo target=$?";
@@ -199,7 +208,7 @@ TEST(XferBenchCli, TargetServesOnlyAPeerWithItsSecret) {
 TEST(XferBenchCli, MalformedMessageEndsTheTargetWithAnError) {
   const std::string port = test_port(4);
   const std::string script = std::string(EPLB_BINARY_DIR) + "/eplb xfer-bench --listen " + port +
-                             " --block-sizes 4K --timeout 5 & t=$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/" + port +
+                             " --block-sizes 4K --timeout 5 & t=$!; " + wait_until_listening(port) + "exec 3<>/dev/tcp/127.0.0.1/" + port +
                              "; printf \"" + secret_frame() +
                              "Z\\000\\000\\000\\000\\000\\000\\000\\000\" >&3; wait $t; echo exit=$?";
   BoundedRun run = run_bounded("bash -c '" + script + "'", secret_env(), 30);
@@ -211,7 +220,7 @@ TEST(XferBenchCli, MalformedMessageEndsTheTargetWithAnError) {
 TEST(XferBenchCli, SilentClientTimesOutAfterTimeout) {
   const std::string port = test_port(5);
   const std::string script = std::string(EPLB_BINARY_DIR) + "/eplb xfer-bench --listen " + port +
-                             " --block-sizes 4K --timeout 1 & t=$!; sleep 0.7; exec 3<>/dev/tcp/127.0.0.1/" + port +
+                             " --block-sizes 4K --timeout 1 & t=$!; " + wait_until_listening(port) + "exec 3<>/dev/tcp/127.0.0.1/" + port +
                              "; wait $t; echo exit=$?";
   BoundedRun run = run_bounded("bash -c '" + script + "'", secret_env(), 30);
   EXPECT_NE(run.output.find("exit=4"), std::string::npos) << run.output;

@@ -5,7 +5,7 @@
 #   3. tsan   bash scripts/sanitize.sh tsan   tests labelled `concurrent` under ThreadSanitizer
 #      python-asan, python-tsan: the Python package's suite with the extension under
 #      ASan+UBSan, its thread tests under TSan (docs/python.md)
-#   4. fuzz   bash scripts/fuzz.sh 8          every libFuzzer target for ~8 s from its seed corpus
+#   4. fuzz   bash scripts/fuzz.sh 5          every libFuzzer target for ~5 s from its seed corpus
 #   5. leaks  a full default `eplb run` of the ASan build with detect_leaks=1
 #   6. faults bench/fault_matrix.sh           the 4-rank fault matrix (docs/operations.md)
 #   7. leftovers  nothing eplb- or UCX-made left in /dev/shm or /tmp: the
@@ -68,7 +68,7 @@ stage asan bash scripts/sanitize.sh asan
 stage tsan bash scripts/sanitize.sh tsan
 stage python-asan bash scripts/sanitize.sh python-asan
 stage python-tsan bash scripts/sanitize.sh python-tsan
-stage fuzz bash scripts/fuzz.sh 8
+stage fuzz bash scripts/fuzz.sh 5
 stage leaks leak_check
 stage faults bash bench/fault_matrix.sh "$root/build"
 stage leftovers leftover_check

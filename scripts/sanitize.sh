@@ -10,11 +10,19 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mode="${1:-asan}"
 shift || true
 supp="$root/scripts/sanitizers"
+
+# The CMake arguments of a sanitizer tree (build-asan, build-tsan): the C++
+# tests and the Python extension in one tree, so both suites share its
+# instrumented libraries (the extension needs position-independent code,
+# which EPLB_BUILD_PYTHON turns on for the whole tree).
+tree_args() {
+  echo "-DCMAKE_BUILD_TYPE=RelWithDebInfo -DEPLB_SANITIZE=$1 -DEPLB_BUILD_BENCH=OFF -DEPLB_BUILD_TESTS=ON" \
+    "-DEPLB_BUILD_PYTHON=ON -DPython_EXECUTABLE=/usr/bin/python3"
+}
 case "$mode" in
   asan)
     dir="$root/build-asan"
-    bash "$root/scripts/build.sh" "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DEPLB_SANITIZE=address,undefined -DEPLB_BUILD_BENCH=OFF
+    bash "$root/scripts/build.sh" "$dir" $(tree_args address,undefined)
     # fast_unwind_on_malloc=0: full allocation stacks, so that leak suppressions
     # can match OpenMPI plugin frames (scripts/sanitizers/lsan.supp).
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:fast_unwind_on_malloc=0:${ASAN_OPTIONS:-}"
@@ -29,8 +37,7 @@ case "$mode" in
     for labels in "$root"/tests/*/LABELS; do
       if grep -qw concurrent "$labels"; then targets+=" test_$(basename "$(dirname "$labels")")"; fi
     done
-    EPLB_BUILD_TARGETS="$targets" bash "$root/scripts/build.sh" "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DEPLB_SANITIZE=thread -DEPLB_BUILD_BENCH=OFF
+    EPLB_BUILD_TARGETS="$targets" bash "$root/scripts/build.sh" "$dir" $(tree_args thread)
     export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
     # UCX's memory-event hooks (libucm patching malloc/mmap/madvise) crash under
     # TSan's interceptors: at ucp_init, and when a thread exits (libucm's madvise
@@ -56,17 +63,22 @@ case "$mode" in
     if [[ $kind == asan ]]; then sanitizer=address,undefined; tests=("${tests[@]:2}"); fi
     # UCX's memory hooks trip TSan's interceptors (see the tsan mode above).
     if [[ $kind == tsan ]]; then export UCX_MEM_EVENTS=no; fi
+    # The extension is built in the C++ suite's sanitizer tree (build-asan or
+    # build-tsan, configured alike by tree_args), so the libraries it links
+    # are compiled once for both suites.
     dir="$root/build-python-$kind"
     if [[ ! -x "$dir/venv/bin/python" ]]; then /usr/bin/python3 -m venv --system-site-packages "$dir/venv"; fi
-    EPLB_PYTHON_BUILD_DIR="$dir/cmake" \
-      EPLB_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=RelWithDebInfo -DEPLB_SANITIZE=$sanitizer" \
+    EPLB_PYTHON_BUILD_DIR="$root/build-$kind" EPLB_CMAKE_ARGS="$(tree_args "$sanitizer")" \
       "$dir/venv/bin/pip" install --quiet --no-build-isolation --no-index "$root"
     export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:${ASAN_OPTIONS:-}"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1"
     cd "$root"
+    # --capture=sys: pytest leaves file descriptor 2 alone, so a sanitizer
+    # report that ends the interpreter in the middle of a test is printed
+    # (with fd capture it went to pytest's temporary file and was lost).
     EPLB_CLI="${EPLB_CLI:-$root/build/eplb}" LD_PRELOAD="$(gcc -print-file-name="lib$kind.so"):$(gcc -print-file-name=libstdc++.so.6)" \
-      "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}" "$@"
+      "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" "$@"
     ;;
   *) echo "usage: $0 asan|tsan|python-asan|python-tsan" >&2; exit 2 ;;
 esac

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,46 @@ Status verify_simulated(const ExpertStore& store, const Placement& placement);
 
 // ---------------------------------------------------------------- eplb run ---
 
+// ------------------------------------------------ emulated serving loop ---
+
+// `eplb run --async`: each rank serves in lockstep with the others while a
+// round migrates in the background (Migrator::start). A step calls the
+// async handle's commit_ready/poll (the stall), reads the rows of a share of
+// its slots per layer (XXH3 of each row against the synthetic expert the
+// mapping in force names: a mismatch is an inconsistent read), pads to
+// step_ms and meets the other ranks in a per-step allgather on a group of
+// its own (never the migration's), which also tells when every rank is done.
+struct ServingOptions {
+  bool async = false;           // --async: migrate while serving
+  std::string commit = "copy";  // --commit: copy (the engine copies staging into live rows)
+  double step_ms = 5;           // --step-ms: a serving step lasts at least this long
+  double slot_share = 0.25;     // --serve-share: share of each layer's slots a step reads
+  int idle_steps = 50;          // steps measured without migration (serving_idle)
+};
+
+struct ServingStats {
+  int64_t steps = 0;
+  double step_seconds_p50 = 0;
+  double step_seconds_p99 = 0;
+  double stall_seconds_total = 0;
+  double stall_seconds_max = 0;
+  int64_t inconsistent_reads = 0;
+  std::string first_inconsistency;  // the first inconsistent read, in words
+};
+
+struct ServingCommit {
+  int layer = 0;
+  int64_t step = 0;
+  double seconds = 0;  // since the round started
+};
+
+struct ServingTimeline {
+  std::vector<double> step_end_seconds;  // since the round started
+  std::vector<double> step_seconds;
+  std::vector<double> stall_seconds;
+  std::vector<ServingCommit> commits;
+};
+
 struct RoundSummary {
   int round = 0;
   double balancedness_before = 0;
@@ -65,6 +106,9 @@ struct RoundSummary {
   double seconds = 0;            // slowest rank's migration time
   bool verified = false;         // every rank verified every slot
   std::string verify_failure;
+  bool served = false;           // an --async round: serving and timeline below are filled
+  ServingStats serving;          // this rank's serving steps during the round
+  ServingTimeline timeline;
 };
 
 struct RunSummary {
@@ -83,6 +127,7 @@ struct RunSummary {
   std::string committed_layers;
   bool group_intact = true;
   uint64_t mapping_hash = 0;      // mapping_hash() of this rank's committed placement
+  std::optional<ServingStats> serving_idle;  // --async: steps without migration (before on_ready)
 };
 
 struct RunOptions {
@@ -101,6 +146,11 @@ struct RunOptions {
   xfer::AgentConfig agent;
   std::string agent_name_prefix = "rank-";
   MigrateOptions migrate;            // on_layer_done: per-layer progress
+  ServingOptions serving;
+  // Required with serving.async: a second group of the same ranks (same
+  // rank numbers), used only by the serving loop's per-step allgather, so
+  // that serving never shares a collective sequence with the migration.
+  ProcessGroup* serving_group = nullptr;
   double setup_timeout_seconds = 60;
   // false: summary.rounds holds only the last round (callers that take each
   // round from on_round_done, so that a long run does not grow).

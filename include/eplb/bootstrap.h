@@ -99,7 +99,11 @@ struct LocalGroupOptions {
   // Hub only: one line per dropped connection or hello (the caller logs it).
   std::function<void(const std::string&)> on_dropped;
 };
-Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options);
+// `channel` empty: the run's group. A name ([a-z0-9-], up to 32): another
+// group of the same ranks with its own collective sequence (its hub listens
+// on <rendezvous_dir>/<channel>.sock), formed after the first one.
+Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options,
+                                                       const std::string& channel = "");
 // Reads LocalGroupOptions from the environment (and EPLB_BOOTSTRAP_TIMEOUT);
 // NotFound if this process was not launched.
 Result<LocalGroupOptions> local_group_options_from_env();

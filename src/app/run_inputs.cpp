@@ -1,6 +1,7 @@
 // The inputs of one rank of `eplb run` (layout, trace, policy) and the
 // fingerprint every rank must agree on before anything moves.
 #include "run_inputs.h"
+#include "serving_loop.h"
 
 #include <fmt/format.h>
 
@@ -22,7 +23,7 @@ Status check_options(const RunOptions& options) {
   if (options.window < 1 || options.window > 1000000)
     return error(Code::InvalidArgument, fmt::format("window must be in [1, 1000000], got {}", options.window));
   if (options.tensors.empty()) return error(Code::InvalidArgument, "no expert tensors given");
-  return Status::ok();
+  return check_serving_options(options);
 }
 
 // The trace of rounds * window steps: from the file, or generated.
@@ -79,7 +80,10 @@ std::vector<FingerprintField> fingerprint(const RunOptions& options, const RunIn
           {"trace", inputs.trace_identity},
           {"transport", fmt::format("{} backend, transports '{}', devices '{}'", agent.backend, agent.transports,
                                     agent.net_devices)},
-          {"inject", agent.fault_spec}};
+          {"inject", agent.fault_spec},
+          {"serving", fmt::format("async {} commit {} step_ms {:.3f} share {:.4f} idle {}", options.serving.async,
+                                  options.serving.commit, options.serving.step_ms, options.serving.slot_share,
+                                  options.serving.idle_steps)}};
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "eplb/placement_io.h"
 #include "eplb/policy.h"
 #include "run_inputs.h"
+#include "serving_loop.h"
 
 namespace eplb {
 namespace {
@@ -41,6 +42,7 @@ struct RankSetup {
   std::unique_ptr<ExpertStore> store;
   std::unique_ptr<xfer::Agent> agent;
   std::unique_ptr<Migrator> migrator;
+  std::unique_ptr<ServingReader> reader;  // --async only
 };
 
 Result<RankSetup> set_up_rank(ProcessGroup& group, const RunOptions& options, const StoreLayout& layout,
@@ -140,15 +142,46 @@ Result<bool> run_round(ProcessGroup& group, const RunOptions& options, RunInputs
     layer_is_new[size_t(layer.layer)] = layer.committed;
     if (options.migrate.on_layer_done) options.migrate.on_layer_done(layer);
   };
-  round.report = setup.migrator->migrate(current, *target);
+  if (options.serving.async) {
+    ServedRound served = serve_async_round(*setup.migrator, *options.serving_group, *setup.reader, current, *target,
+                                           options);
+    round.report = std::move(served.report);
+    if (round.report.status && !served.serving_status) round.report.status = served.serving_status;
+    round.served = true;
+    round.serving = served.stats;
+    round.timeline = std::move(served.timeline);
+  } else {
+    round.report = setup.migrator->migrate(current, *target);
+  }
   bool group_lost = false;
   Status verified_here = verify_round(group, *setup.store, current, round, summary, &group_lost);
+  if (round.serving.inconsistent_reads > 0 && verified_here) {
+    verified_here = error(Code::Mismatch, fmt::format("{} inconsistent read(s) while serving; the first: {}",
+                                                      round.serving.inconsistent_reads,
+                                                      round.serving.first_inconsistency));
+    round.verified = false;
+    round.verify_failure = verified_here.to_string();
+  }
   if (!options.keep_all_rounds) summary.rounds.clear();
   summary.rounds.push_back(round);
   if (options.on_round_done) options.on_round_done(round);
   if (round.report.status && round.verified) return true;
   record_stop(round, layer_is_new, topology, group.rank(), verified_here, group_lost, summary);
   return false;
+}
+
+// --async: the serving group is checked and the idle steps measured.
+Status start_serving(ProcessGroup& group, const RunOptions& options, const Placement& current, RankSetup& setup,
+                     RunSummary& summary) {
+  if (!options.serving.async) return Status::ok();
+  ProcessGroup* serving = options.serving_group;
+  if (!serving || serving == &group || serving->rank() != group.rank() || serving->size() != group.size())
+    return error(Code::InvalidArgument, "--async needs a serving group of its own with the same ranks");
+  setup.reader = std::make_unique<ServingReader>(*setup.store, options.serving);
+  auto idle = serve_idle(*serving, *setup.reader, current, options);
+  if (!idle) return idle.status().with_context(fmt::format("rank {}", group.rank()));
+  summary.serving_idle = *idle;
+  return Status::ok();
 }
 
 }  // namespace
@@ -168,6 +201,10 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options) {
   auto setup = set_up_rank(group, options, inputs->layout, current, setup_deadline);
   if (!setup) {
     summary.status = setup.status();
+    return summary;
+  }
+  if (Status serving = start_serving(group, options, current, *setup, summary); !serving) {
+    summary.status = serving;
     return summary;
   }
   summary.transports = setup->agent->transports();

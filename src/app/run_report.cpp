@@ -32,11 +32,38 @@ nlohmann::json layer_json(const LayerReport& layer) {
           {"failure", layer.failure}};
 }
 
+nlohmann::json serving_json(const ServingStats& stats) {
+  return {{"steps", stats.steps},
+          {"step_seconds_p50", stats.step_seconds_p50},
+          {"step_seconds_p99", stats.step_seconds_p99},
+          {"stall_seconds_total", stats.stall_seconds_total},
+          {"stall_seconds_max", stats.stall_seconds_max},
+          {"inconsistent_reads", stats.inconsistent_reads}};
+}
+
+nlohmann::json timeline_json(const ServingTimeline& timeline) {
+  nlohmann::json commits = nlohmann::json::array();
+  for (const auto& commit : timeline.commits)
+    commits.push_back({{"layer", commit.layer}, {"step", commit.step}, {"seconds", commit.seconds}});
+  return {{"step_end_seconds", timeline.step_end_seconds},
+          {"step_seconds", timeline.step_seconds},
+          {"stall_seconds", timeline.stall_seconds},
+          {"commits", commits}};
+}
+
+// "120 steps, p50 5.1 ms, p99 6.0 ms, stall 2.1 ms (max 0.4 ms), 0 inconsistent reads"
+std::string serving_line(const ServingStats& stats) {
+  return fmt::format("{} steps, step p50 {:.2f} ms, p99 {:.2f} ms, stall total {:.2f} ms (max {:.2f} ms), {} "
+                     "inconsistent reads",
+                     stats.steps, stats.step_seconds_p50 * 1e3, stats.step_seconds_p99 * 1e3,
+                     stats.stall_seconds_total * 1e3, stats.stall_seconds_max * 1e3, stats.inconsistent_reads);
+}
+
 nlohmann::json round_json(const RoundSummary& round) {
   const RoundReport& report = round.report;
   nlohmann::json layers = nlohmann::json::array();
   for (const auto& layer : report.layers) layers.push_back(layer_json(layer));
-  return {{"round", round.round + 1},
+  nlohmann::json json = {{"round", round.round + 1},
           {"balancedness_before", round.balancedness_before},
           {"balancedness_after", round.balancedness_after},
           {"bytes_moved", report.bytes_moved()},
@@ -51,6 +78,11 @@ nlohmann::json round_json(const RoundSummary& round) {
           {"verify_failure", round.verify_failure},
           {"status", report.status.to_string()},
           {"layers", layers}};
+  if (round.served) {
+    json["serving"] = serving_json(round.serving);
+    json["serving_timeline"] = timeline_json(round.timeline);
+  }
+  return json;
 }
 
 }  // namespace
@@ -61,6 +93,11 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
   for (const auto& tensor : options.tensors)
     tensors.push_back(fmt::format("{} {}", tensor.name, format_bytes(tensor.bytes_per_expert)));
   const std::string& faults = options.agent.fault_spec;
+  std::string idle;
+  if (summary.serving_idle)
+    idle = fmt::format("serving (--async, {} commits, step {} ms, {:.0f}% of the slots per step), idle: {}\n",
+                       options.serving.commit, options.serving.step_ms, options.serving.slot_share * 100,
+                       serving_line(*summary.serving_idle));
   return fmt::format(
       "eplb run: {} ranks on {} nodes ({} bootstrap, {} transport), {}, policy {}\n"
       "experts: {} each as [{}]; {} of expert weights per rank\n"
@@ -70,7 +107,8 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
       options.policy, format_bytes(summary.layout.bytes_per_expert(0)), fmt::join(tensors, ", "),
       format_bytes(summary.layout.total_bytes()), summary.transports,
       summary.peer_transports.empty() ? std::string("(no peer)") : fmt::format("{}", fmt::join(summary.peer_transports, ", ")),
-      summary.trace_identity, options.rounds, options.window, faults.empty() ? "" : "; faults: " + faults);
+      summary.trace_identity, options.rounds, options.window, faults.empty() ? "" : "; faults: " + faults) +
+         idle;
 }
 
 std::string render_table_header() {
@@ -87,7 +125,8 @@ std::string render_table_row(const RoundSummary& round) {
                      format_bytes(report.bytes_moved()), format_bytes(report.bytes_local()),
                      format_bytes(report.bytes_intra_node()), format_bytes(report.bytes_inter_node()),
                      format_seconds(round.seconds), gigabytes_per_second(report.bytes_moved(), round.seconds),
-                     report.retries(), report.failures(), round.verified ? "yes" : "NO");
+                     report.retries(), report.failures(), round.verified ? "yes" : "NO") +
+         (round.served ? "       serving: " + serving_line(round.serving) + "\n" : "");
 }
 
 std::string render_table_end(const RunOptions& options, const RunSummary& summary) {
@@ -128,6 +167,12 @@ std::string render_json_head(const RunOptions& options, const RunLabels& labels,
   for (const auto& tensor : options.tensors)
     json["tensors"].push_back({{"name", tensor.name}, {"bytes", tensor.bytes_per_expert}});
   json["trace"] = summary.trace_identity;
+  if (summary.serving_idle) {
+    json["serving_idle"] = serving_json(*summary.serving_idle);
+    json["serving_options"] = {{"commit", options.serving.commit},
+                               {"step_ms", options.serving.step_ms},
+                               {"slot_share", options.serving.slot_share}};
+  }
   std::string text = json.dump(2);
   text.resize(text.size() - 2);  // "\n}"
   return text + ",\n  \"rounds\": [";

@@ -52,8 +52,8 @@ class LocalGroup final : public ProcessGroup {
   };
   void set_admission(Admission admission) { admission_ = std::move(admission); }
 
-  Status join_as_hub(const std::string& dir, Deadline deadline);
-  Status join_as_member(const std::string& dir, Deadline deadline);
+  Status join_as_hub(const std::string& socket_path, Deadline deadline);
+  Status join_as_member(const std::string& socket_path, Deadline deadline);
 
  private:
   // One collective as the hub sees it.

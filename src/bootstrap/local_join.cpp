@@ -20,7 +20,11 @@ namespace eplb {
 namespace bootstrap {
 namespace {
 
-std::string hub_socket_path(const std::string& dir) { return dir + "/hub.sock"; }
+// The main group's hub is <dir>/hub.sock; another group of the same ranks
+// (a channel) has <dir>/<channel>.sock.
+std::string hub_socket_path(const std::string& dir, const std::string& channel) {
+  return dir + "/" + (channel.empty() ? std::string("hub") : channel) + ".sock";
+}
 
 Status socket_address(const std::string& path, sockaddr_un* address) {
   std::memset(address, 0, sizeof *address);
@@ -241,8 +245,7 @@ Status LocalGroup::send_welcome(Deadline deadline) {
   return flushed.with_context("local bootstrap: sending welcome");
 }
 
-Status LocalGroup::join_as_hub(const std::string& dir, Deadline deadline) {
-  const std::string path = hub_socket_path(dir);
+Status LocalGroup::join_as_hub(const std::string& path, Deadline deadline) {
   Listener listener;
   EPLB_TRY(listen_on(path, std::min(size_, 4096), listener));
   std::vector<std::unique_ptr<Connection>> pending;
@@ -255,8 +258,7 @@ Status LocalGroup::join_as_hub(const std::string& dir, Deadline deadline) {
   return failure;
 }
 
-Status LocalGroup::join_as_member(const std::string& dir, Deadline deadline) {
-  const std::string path = hub_socket_path(dir);
+Status LocalGroup::join_as_member(const std::string& path, Deadline deadline) {
   sockaddr_un address;
   EPLB_TRY(socket_address(path, &address));
   int fd = -1;
@@ -299,7 +301,7 @@ Status LocalGroup::join_as_member(const std::string& dir, Deadline deadline) {
 
 Result<std::string> run_secret_bytes(const std::string& hex) { return bootstrap::secret_bytes(hex); }
 
-Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options) {
+Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& options, const std::string& channel) {
   if (options.size < 1 || options.size > 65536)
     return error(Code::InvalidArgument, fmt::format("local group size {} is not in [1, 65536]", options.size));
   if (options.rank < 0 || options.rank >= options.size)
@@ -314,9 +316,15 @@ Result<std::unique_ptr<ProcessGroup>> make_local_group(const LocalGroupOptions& 
   if (options.rendezvous_dir.empty())
     return error(Code::InvalidArgument,
                  fmt::format("local group of {} ranks needs a rendezvous directory", options.size));
+  const bool channel_ok = channel.size() <= 32 && std::all_of(channel.begin(), channel.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+  if (!channel_ok || channel == "hub")
+    return error(Code::InvalidArgument, fmt::format("local group channel '{}' is not [a-z0-9-]{{0,32}} (nor 'hub')",
+                                                    channel));
   Deadline deadline = Deadline::after_seconds(options.connect_timeout_seconds);
-  EPLB_TRY(options.rank == 0 ? group->join_as_hub(options.rendezvous_dir, deadline)
-                             : group->join_as_member(options.rendezvous_dir, deadline));
+  const std::string path = bootstrap::hub_socket_path(options.rendezvous_dir, channel);
+  EPLB_TRY(options.rank == 0 ? group->join_as_hub(path, deadline) : group->join_as_member(path, deadline));
   return std::unique_ptr<ProcessGroup>(std::move(group));
 }
 

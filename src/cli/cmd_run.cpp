@@ -190,6 +190,7 @@ Status run_in_threads(RunOptions options, const RunLabels& labels, const std::st
   EPLB_ASSIGN_OR_RETURN(std::unique_ptr<JsonReport> report, JsonReport::open(json));
   const int size = options.topology.num_ranks;
   auto groups = make_thread_groups(size);
+  auto serving_groups = make_thread_groups(size);  // --async: the serving loop's own collectives
   static int run_counter = 0;
   options.agent_name_prefix = fmt::format("run{}-{}-rank-", getpid(), ++run_counter);
   std::vector<Status> statuses(size);
@@ -199,6 +200,7 @@ Status run_in_threads(RunOptions options, const RunLabels& labels, const std::st
   for (int r = 0; r < size; ++r)
     threads.emplace_back([&, r] {
       RunOptions mine = options;
+      if (mine.serving.async) mine.serving_group = serving_groups[r].get();
       RankOutput output(mine, labels, r == 0, terminal, r == 0 ? std::move(report) : nullptr);
       output.attach(mine);
       RunSummary summary = run_rank(*groups[r], mine);
@@ -262,9 +264,23 @@ int mpi_local_ranks() {
   return parsed ? int(*parsed) : 1;
 }
 
+// --async: a second group of the same ranks for the serving loop, so that
+// its per-step barrier never shares a collective sequence with the
+// migration's votes.
+Result<std::unique_ptr<ProcessGroup>> serving_group_for(const Result<LocalGroupOptions>& local) {
+  if (!local) return local.status();
+  auto group = make_local_group(*local, "serving");
+  if (!group) return group.status().with_context("local bootstrap of the serving group");
+  return group;
+}
+
 void run_command(const RunArgs& args) {
   const bool loopback = args.transport == "loopback";
   const bool mpi = !loopback && (args.bootstrap == "mpi" || launched_by_mpirun());
+  if (mpi && args.async)
+    return set_command_result(error(Code::Unsupported, "--async runs with the local bootstrap or --transport "
+                                                       "loopback; under mpirun the serving loop has no "
+                                                       "communicator of its own yet"));
   if (loopback || (!mpi && !local_group_options_from_env())) {
     auto options = build_run_options(args, 0);
     if (!options) return set_command_result(options.status());
@@ -280,6 +296,13 @@ void run_command(const RunArgs& args) {
   if (!group) return set_command_result(group.status().with_context(mpi ? "MPI bootstrap" : "local bootstrap"));
   auto options = build_run_options(args, (*group)->size());
   if (!options) return set_command_result(options.status());
+  std::unique_ptr<ProcessGroup> serving_group;
+  if (options->serving.async) {
+    auto serving = serving_group_for(local);
+    if (!serving) return set_command_result(serving.status());
+    serving_group = std::move(serving).value();
+    options->serving_group = serving_group.get();
+  }
   if (mpi) {
     if (Status admitted = admit_on_this_machine(*options, mpi_local_ranks(), true); !admitted)
       return set_command_result(admitted);

@@ -137,12 +137,47 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
                  "each round appended as it ends, renamed into place when the run ends (also when it stops)");
 }
 
+void add_serving_options(CLI::App& run, RunArgs& args) {
+  run.add_flag("--async", args.async,
+               "migrate while serving: each rank runs emulated serving steps in lockstep with the others (a\n"
+               "per-step barrier on a group of its own stands in for all-to-all); a step commits the layers agreed\n"
+               "for it, reads its share of slots and checks each holds the expert the mapping in force names\n"
+               "(a mismatch is an inconsistent read and fails the round's verification). The report gains\n"
+               "per-round serving statistics and timeline, and serving_idle (the same steps without migration)");
+  args.commit_option = run.add_option("--commit", args.commit,
+                                      "with --async: how a layer commits at its agreed step: copy (staging rows are\n"
+                                      "copied into the live rows; no extra memory). swap (a spare buffer per layer,\n"
+                                      "pointer swap at commit, one extra layer of memory) is not implemented yet")
+                           ->capture_default_str();
+  args.step_ms_option = run.add_option("--step-ms", args.step_ms,
+                                       "with --async: the least duration of a serving step in ms (the emulated\n"
+                                       "forward pass), in [0, 10000]")
+                            ->capture_default_str();
+  args.serve_share_option =
+      run.add_option("--serve-share", args.serve_share,
+                     "with --async: the share of each layer's slots a serving step reads and checks, in (0, 1];\n"
+                     "successive steps read successive slots, so every slot is read every 1/share steps")
+          ->capture_default_str();
+}
+
 }  // namespace
 
 void add_run_options(CLI::App& run, RunArgs& args) {
   add_shape_options(run, args);
   add_load_options(run, args);
   add_transfer_options(run, args);
+  add_serving_options(run, args);
+}
+
+Status set_serving(const RunArgs& args, RunOptions& options) {
+  for (const CLI::Option* option : {args.commit_option, args.step_ms_option, args.serve_share_option})
+    if (!args.async && option && option->count())
+      return error(Code::InvalidArgument, option->get_name() + " needs --async (it sets the emulated serving loop)");
+  options.serving.async = args.async;
+  options.serving.commit = args.commit;
+  options.serving.step_ms = args.step_ms;
+  options.serving.slot_share = args.serve_share;
+  return Status::ok();
 }
 
 Result<RunOptions> build_run_options(const RunArgs& args, int group_size) {
@@ -164,6 +199,7 @@ Result<RunOptions> build_run_options(const RunArgs& args, int group_size) {
   options.threads = args.threads;
   EPLB_TRY(set_load(args, options));
   EPLB_TRY(set_transfers(args, options));
+  EPLB_TRY(set_serving(args, options));
   return options;
 }
 

@@ -36,6 +36,10 @@ struct RunArgs {
   std::string json;
   int threads = 1;
   std::string max_input_bytes;
+  bool async = false;
+  std::string commit = "copy";
+  double step_ms = 5;
+  double serve_share = 0.25;
   // Which options the user gave (they override a preset / the group size).
   CLI::Option* ranks_option = nullptr;
   CLI::Option* nodes_option = nullptr;
@@ -43,6 +47,9 @@ struct RunArgs {
   CLI::Option* experts_option = nullptr;
   CLI::Option* replicas_option = nullptr;
   CLI::Option* groups_option = nullptr;
+  CLI::Option* commit_option = nullptr;
+  CLI::Option* step_ms_option = nullptr;
+  CLI::Option* serve_share_option = nullptr;
 };
 
 void add_run_options(CLI::App& run, RunArgs& args);

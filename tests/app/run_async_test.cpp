@@ -1,0 +1,105 @@
+// `eplb run --async` as users run it: rank processes over UCX serving in
+// lockstep while each round migrates; every serving read checked against
+// the mapping in force (0 inconsistent reads), every slot verified after
+// each round, the serving keys of the JSON report present; bad option
+// combinations refused with the reason. Every case is bounded by `timeout`.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "../support/cli_support.h"
+
+namespace {
+
+using Outcome = eplb::testing_support::BoundedRun;
+
+const std::string kBinary = EPLB_BINARY_DIR "/eplb";
+const std::string kSmall =
+    " --layers 3 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds 2 --window 10";
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "/eplb_async_" + std::to_string(getpid()) + "_" + name;
+}
+
+void expect_stats(const nlohmann::json& stats) {
+  for (const char* key : {"steps", "step_seconds_p50", "step_seconds_p99", "stall_seconds_total",
+                          "stall_seconds_max", "inconsistent_reads"})
+    EXPECT_TRUE(stats.contains(key)) << key << " in " << stats.dump();
+  EXPECT_EQ(stats.size(), 6u) << stats.dump();
+  EXPECT_GT(stats["steps"].get<int64_t>(), 0);
+  EXPECT_EQ(stats["inconsistent_reads"], 0);
+  EXPECT_GT(stats["step_seconds_p50"].get<double>(), 0);
+}
+
+// Every layer that changed committed at a step of the timeline, once.
+void expect_timeline(const nlohmann::json& round) {
+  const auto& timeline = round["serving_timeline"];
+  const size_t steps = round["serving"]["steps"].get<size_t>();
+  EXPECT_EQ(timeline["step_end_seconds"].size(), steps);
+  EXPECT_EQ(timeline["step_seconds"].size(), steps);
+  EXPECT_EQ(timeline["stall_seconds"].size(), steps);
+  size_t changed = 0;
+  for (const auto& layer : round["layers"]) changed += layer["changed"].get<bool>() ? 1 : 0;
+  EXPECT_EQ(timeline["commits"].size(), changed) << timeline.dump();
+  for (const auto& commit : timeline["commits"]) {
+    EXPECT_LT(commit["step"].get<size_t>(), steps);
+    EXPECT_GE(commit["seconds"].get<double>(), 0);
+  }
+}
+
+class AsyncRunOverUcx : public ::testing::TestWithParam<int> {};
+
+TEST_P(AsyncRunOverUcx, ServesInLockstepWithNoInconsistentRead) {
+  const int ranks = GetParam();
+  const std::string json_path = temp_path(std::to_string(ranks) + ".json");
+  Outcome outcome = eplb::testing_support::run_bounded(
+      kBinary + " run --async --step-ms 1 --serve-share 0.5 --ranks " + std::to_string(ranks) + " --nodes 2" + kSmall +
+          " --json " + json_path,
+      "", 90);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("verified byte for byte against the mapping"), std::string::npos) << outcome.output;
+  EXPECT_NE(outcome.output.find("serving: "), std::string::npos) << outcome.output;
+  std::ifstream file(json_path);
+  auto json = nlohmann::json::parse(file, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << outcome.output;
+  EXPECT_EQ(json["all_verified"], true);
+  expect_stats(json["serving_idle"]);
+  ASSERT_EQ(json["rounds"].size(), 2u);
+  for (const auto& round : json["rounds"]) {
+    EXPECT_EQ(round["verified"], true);
+    expect_stats(round["serving"]);
+    expect_timeline(round);
+  }
+  std::remove(json_path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, AsyncRunOverUcx, ::testing::Values(2, 4));
+
+TEST(AsyncRunOptions, BadCombinationsAreRefusedWithTheReason) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--commit copy", "--commit needs --async"},
+      {"--step-ms 2", "--step-ms needs --async"},
+      {"--serve-share 0.5", "--serve-share needs --async"},
+      {"--async --commit swap", "--commit swap is not implemented yet"},
+      {"--async --commit mirror", "--commit must be copy or swap, got 'mirror'"},
+      {"--async --serve-share 0", "--serve-share must be in (0, 1]"},
+      {"--async --step-ms -1", "--step-ms must be in [0, 10000]"},
+      {"--async --bootstrap mpi", "under mpirun the serving loop has no communicator"}};
+  for (const auto& [arguments, reason] : cases) {
+    Outcome outcome = eplb::testing_support::run_bounded(kBinary + " run --ranks 2 " + arguments, "", 30);
+    EXPECT_NE(outcome.exit_code, 0) << arguments;
+    EXPECT_NE(outcome.output.find(reason), std::string::npos) << arguments << ": " << outcome.output;
+  }
+}
+
+TEST(AsyncRunOptions, HelpExplainsEachOption) {
+  Outcome outcome = eplb::testing_support::run_bounded(kBinary + " run --help", "", 30);
+  for (const char* option : {"--async", "--commit", "--step-ms", "--serve-share"})
+    EXPECT_NE(outcome.output.find(option), std::string::npos) << option;
+}
+
+}  // namespace

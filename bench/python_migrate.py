@@ -8,7 +8,8 @@ its rounds' median and spread:
 - Python, plain heap tensors (UCX 1.13 emulates RMA on registered heap memory);
 - Python, eplb.empty tensors (agent-allocated shared memory: the zero-copy path);
 - `eplb run` on the same shape (its policy decides what moves; GB/s = bytes moved / round time);
-- single-thread memcpy of 8 MiB rows (bench/memcpy_bench when built, else numpy), same bytes.
+- single-thread memcpy of 8 MiB rows, DRAM to DRAM between distinct buffers (bench/memcpy_bench when
+  built, else numpy), same bytes.
 GB/s of a Python round = whole-group bytes moved / the slowest rank's migration time.
 Goals (issue 14): Python within 10% of the CLI; eplb.empty >= 0.5 of memcpy.
 
@@ -107,7 +108,9 @@ def memcpy_rounds(nbytes: int, rounds: int) -> list:
         return speeds
     import numpy as np
 
-    source, target = np.ones(nbytes // RANKS, np.uint8), np.empty(nbytes // RANKS, np.uint8)
+    # Fallback without memcpy_bench: two distinct buffers of the round's bytes each (DRAM to DRAM
+    # beyond a few hundred MiB), every row a fresh address, faulted in before timing.
+    source, target = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
     speeds = []
     for _ in range(rounds):
         started = time.perf_counter()

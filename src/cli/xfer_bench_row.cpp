@@ -55,8 +55,12 @@ double percentile99(std::vector<double> values) {
 struct Samples {
   std::vector<double> prepare, post, completion, whole;
   void clear() { prepare.clear(), post.clear(), completion.clear(), whole.clear(); }
-  // Reserved before the timed loop: no allocation inside it.
-  void reserve(size_t n) { prepare.reserve(n), post.reserve(n), completion.reserve(n), whole.reserve(n); }
+  // Allocated and touched before the timed loop: no allocation and no page
+  // fault inside it (a fault every 128 pushes made 4 KiB READs' average
+  // latency 0.68 us against a 0.12 us median on this VM).
+  void reserve(size_t n) {
+    for (std::vector<double>* values : {&prepare, &post, &completion, &whole}) values->assign(n, 0.0), values->clear();
+  }
 };
 
 // The request the loop reposts with --reuse-request, or the one it makes now.

@@ -55,6 +55,12 @@ double percentile99(std::vector<double> values) {
 struct Samples {
   std::vector<double> prepare, post, completion, whole;
   void clear() { prepare.clear(), post.clear(), completion.clear(), whole.clear(); }
+  // Allocated and touched before the timed loop: no allocation and no page
+  // fault inside it (a fault every 128 pushes made 4 KiB READs' average
+  // latency 0.68 us against a 0.12 us median on this VM).
+  void reserve(size_t n) {
+    for (std::vector<double>* values : {&prepare, &post, &completion, &whole}) values->assign(n, 0.0), values->clear();
+  }
 };
 
 // The request the loop reposts with --reuse-request, or the one it makes now.
@@ -188,6 +194,7 @@ Result<Row> run_row(const BenchOptions& options, Agent& agent, Target& target, O
   if (options.check && op == Operation::Read) std::memset(local, 0, bytes_per_request);
   if (options.check && op == Operation::Write) fill_pattern(local, bytes_per_request, block);
   Samples samples;
+  samples.reserve(static_cast<size_t>(options.warmup + row.iterations));
   Stopwatch timed_loop;
   for (int iteration = 0; iteration < options.warmup + row.iterations; ++iteration) {
     if (iteration == options.warmup) {

@@ -253,8 +253,9 @@ Status Agent::Impl::invalidate_peer(const std::string& name) {
   if (found == peers_.end()) return error(Code::NotFound, "agent " + name_ + ": unknown peer " + name);
   // Running transfers against the peer are canceled: their keys go away.
   for (auto& [id, request] : requests_) {
-    if (request->remote->peer != found->second || request->phase != RequestPhase::InProgress) continue;
-    request->backend.reset();
+    if (request->remote->peer != found->second) continue;
+    request->backend.reset();  // finished ones too: no repost against a gone peer
+    if (request->phase != RequestPhase::InProgress) continue;
     request->phase = RequestPhase::Failed;
     request->failure = error(Code::Canceled, describe(*request) + " canceled after " +
                                                  format_seconds(request->since_post.seconds()) + ": agent " + name +

@@ -133,8 +133,15 @@ Status Agent::Impl::post(RequestId id) {
         fmt::format("agent {}: request {} ({}) is still in progress; wait for it or release it before posting again",
                     name_, id, describe(request)));
   if (is_stale(*request.remote)) return stale_list_error(*request.remote, fmt::format("request {}", id));
-  request.failure = Status::ok();
+  if (!request.failure.is_ok()) request.failure = Status::ok();
   request.since_post.reset();
+  // A finished request keeps its backend request, which may start the same
+  // transfer again without allocating (the UCX backend can).
+  if (request.backend && request.phase == RequestPhase::Done && request.backend->repost()) {
+    request.phase = RequestPhase::InProgress;
+    return Status::ok();
+  }
+  request.backend.reset();
   auto posted = backend_->post(request.op, *request.remote->peer->connection, request.segments, name_,
                                request.notification);
   if (!posted) return fail_request(request, posted.status());
@@ -148,8 +155,7 @@ void Agent::Impl::poll(RequestStateRecord& request) {
   Status failure;
   switch (request.backend->poll(&failure)) {
     case RequestState::InProgress: return;
-    case RequestState::Done:
-      request.backend.reset();
+    case RequestState::Done:  // the backend request is kept for a repost
       request.phase = RequestPhase::Done;
       return;
     case RequestState::Failed: (void)fail_request(request, failure); return;

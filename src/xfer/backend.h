@@ -60,6 +60,10 @@ class BackendRequest {
   // InProgress, Done, or Failed with *failure = {code, backend's own text},
   // e.g. {RemoteDisconnect, "UCX: Connection reset by remote peer"}.
   virtual RequestState poll(Status* failure) = 0;
+  // Starts the same transfer again on this object, once it is Done, without
+  // allocating (NIXL's reposted request). False: not supported or not Done;
+  // the Agent then posts a new request. Default: false.
+  virtual bool repost() { return false; }
 };
 
 class Backend {

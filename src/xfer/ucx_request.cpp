@@ -27,7 +27,32 @@ class UcxRequest final : public BackendRequest {
   ~UcxRequest() override { cancel_and_drain(); }
 
   void start(std::span<const TransferSegment> segments) {
+    segments_.assign(segments.begin(), segments.end());
     pending_.reserve(segments.size() + 1);
+    issue();
+  }
+
+  // Done and nothing outstanding: issue the same gets / puts again, reusing
+  // the segment copy and the handle vector's capacity.
+  bool repost() override {
+    if (state_ != RequestState::Done || next_ < pending_.size() || peer_->failed) return false;
+    pending_.clear();
+    next_ = 0;
+    notification_sent_ = false;
+    state_ = RequestState::InProgress;
+    issue();
+    return true;
+  }
+
+  RequestState poll(Status* failure) override {
+    if (state_ == RequestState::InProgress) advance();
+    if (state_ == RequestState::Failed && failure != nullptr) *failure = failure_;
+    return state_;
+  }
+
+ private:
+  void issue() {
+    const std::span<const TransferSegment> segments = segments_;
     ucp_request_param_t param{};
     for (const TransferSegment& segment : segments) {
       if (segment.length == 0) continue;
@@ -59,13 +84,6 @@ class UcxRequest final : public BackendRequest {
     }
   }
 
-  RequestState poll(Status* failure) override {
-    if (state_ == RequestState::InProgress) advance();
-    if (state_ == RequestState::Failed && failure != nullptr) *failure = failure_;
-    return state_;
-  }
-
- private:
   // Records a UCS status pointer; false (and Failed) if it is an error.
   bool track(ucs_status_ptr_t handle) {
     if (handle == nullptr) return true;
@@ -162,6 +180,7 @@ class UcxRequest final : public BackendRequest {
 
   Operation op_;
   std::shared_ptr<UcxPeerState> peer_;
+  std::vector<TransferSegment> segments_;  // what start() was given, for repost()
   std::vector<uint8_t> payload_;  // encoded notification; alive until sent
   std::vector<void*> pending_;    // UCS request handles, completed in order
   size_t next_ = 0;               // first handle not yet seen complete

@@ -168,6 +168,39 @@ TEST_P(TransferTest, RequestCanBeRepostedOnceFinished) {
   }
 }
 
+// The UCX backend reposts a finished request on the same object (no new
+// backend request); every repost must move the current bytes, for READ and
+// WRITE, and deliver its notification again.
+TEST_P(TransferTest, RepostedRequestMovesCurrentBytesAndNotifiesEveryTime) {
+  make_pair(4096);
+  DescriptorListId local = 0, remote = 0;
+  prepare_whole(0, 4096, &local, &remote);
+  auto read = initiator->make_request(Operation::Read, local, {}, remote, {}, "read");
+  auto write = initiator->make_request(Operation::Write, local, {}, remote, {}, "write");
+  ASSERT_TRUE(read && write);
+  for (int round = 0; round < 20; ++round) {
+    fill_pattern(remote_buffer.data(), 4096, round);
+    ASSERT_TRUE(run(*read)) << "round " << round;
+    ASSERT_EQ(local_buffer, remote_buffer) << "READ round " << round;
+    fill_pattern(local_buffer.data(), 4096, 1000 + round);
+    ASSERT_TRUE(run(*write)) << "round " << round;
+    ASSERT_EQ(local_buffer, remote_buffer) << "WRITE round " << round;
+    auto arrived = wait_notifications_driving(*target, *initiator, Deadline::after_seconds(10));
+    ASSERT_TRUE(arrived) << arrived.status().to_string();
+    size_t total = arrived->size();
+    if (total < 2) {
+      auto more = wait_notifications_driving(*target, *initiator, Deadline::after_seconds(10));
+      ASSERT_TRUE(more) << more.status().to_string();
+      total += more->size();
+    }
+    EXPECT_EQ(total, 2u) << "round " << round;
+  }
+  // A finished request of an invalidated peer is not reposted.
+  ASSERT_TRUE(initiator->invalidate_peer("target"));
+  Status stale = initiator->post(*read);
+  EXPECT_EQ(stale.code(), Code::NotAllowed) << stale.to_string();
+}
+
 TEST_P(TransferTest, NotificationArrivesAfterTheTransferLanded) {
   make_pair(1 << 20);
   fill_pattern(local_buffer.data(), local_buffer.size(), 77);

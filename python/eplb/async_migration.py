@@ -99,7 +99,9 @@ class AsyncMigration:
         if self._report is not None:
             return []
         self._step += 1
+        started = time.perf_counter()
         code, message, layers = self._native.commit_ready(self._step, max_layers)
+        self._migrator._observe_stall(time.perf_counter() - started)
         self._committed.extend(layers)
         self._raise_unless_ok(code, message)
         return list(layers)
@@ -157,6 +159,7 @@ class AsyncMigration:
             return
         code, message, layer_reports, seconds, retries = self._native.close()
         self._migrator._async = None
+        self._migrator._observe_round(layer_reports)
         self._report = self._make_report(layer_reports, seconds, retries)
         if code == "ok":
             return

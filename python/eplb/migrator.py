@@ -74,6 +74,7 @@ class Migrator:
                                        self._timeout, int(retries), on_layer)
         self._broken = None
         self._async = None
+        self._observers = []  # eplb.metrics collectors: observe_round(layer_reports), observe_stall(seconds)
 
     @property
     def group(self) -> ProcessGroup:
@@ -92,6 +93,7 @@ class Migrator:
         """Collective: moves every layer (or `layers`) from old_phy2log to new_phy2log ([layers][slots])."""
         old, new, experts = self._round_arguments(old_phy2log, new_phy2log, layers)
         code, message, layer_reports, seconds, retries = self._native.migrate(old, new, experts)
+        self._observe_round(layer_reports)
         if code != "ok":
             raise self._round_error(code, message, layer_reports, seconds)
         report = self._round_report(layer_reports, seconds, retries)
@@ -139,6 +141,14 @@ class Migrator:
             target[chosen] = new[chosen]
             new = target
         return old, new, int(max(old.max(), new.max())) + 1
+
+    def _observe_round(self, layer_reports) -> None:
+        for observer in self._observers:
+            observer.observe_round(layer_reports)
+
+    def _observe_stall(self, seconds: float) -> None:
+        for observer in self._observers:
+            observer.observe_stall(seconds)
 
     def _round_report(self, layer_reports, seconds, retries) -> dict:
         for item in layer_reports:

@@ -58,9 +58,10 @@ case "$mode" in
     # test is left to the plain run (scripts/python_test.sh).
     # TSan also runs the Migrator's tests (its collectives run on C++ threads
     # that call back into Python); ASan runs the whole suite.
-    tests=("$root/python/tests/test_threads.py" "$root/python/tests/test_migrator.py" --deselect
+    tests=("$root/python/tests/test_threads.py" "$root/python/tests/test_migrator.py"
+      "$root/python/tests/test_async_migration.py" --deselect
       "python/tests/test_threads.py::test_four_threads_run_faster_than_one_at_a_time")
-    if [[ $kind == asan ]]; then sanitizer=address,undefined; tests=("${tests[@]:2}"); fi
+    if [[ $kind == asan ]]; then sanitizer=address,undefined; tests=("${tests[@]:3}"); fi
     # UCX's memory hooks trip TSan's interceptors (see the tsan mode above).
     if [[ $kind == tsan ]]; then export UCX_MEM_EVENTS=no; fi
     # The extension is built in the C++ suite's sanitizer tree (build-asan or

@@ -14,7 +14,7 @@ packages=(
   valgrind iproute2 procps
   # the Python package (docs/python.md): built by pip from Debian's interpreter, offline
   python3-dev python3-venv python3-pip python3-setuptools python3-wheel pybind11-dev
-  python3-numpy python3-torch python3-pytest python3-matplotlib
+  python3-numpy python3-torch python3-pytest python3-matplotlib python3-prometheus-client
 )
 
 missing=()

@@ -213,6 +213,7 @@ struct LayerReport {
   bool changed = false;    // the plan moves something
   bool committed = false;  // changed and switched to the new placement
   std::string failure;     // last failure (a retried failure is kept too)
+  Code failure_code = Code::Ok;  // the code of `failure` (Ok when there is none)
 };
 
 struct RoundReport {

@@ -15,7 +15,8 @@ eplb's C++ library from Python (docs/python.md):
   recorder dumps; eplb.plot: pictures (python3 -m eplb.plot).
 - Migrator: moves an engine's own expert tensors between ranks over torch.distributed (or eplb's
   bootstraps: ProcessGroup.from_env), verified, layer by layer; empty / empty_like: tensors in
-  transfer-layer memory (the zero-copy path).
+  transfer-layer memory (the zero-copy path). Migrator.start: the same round overlapped with
+  serving (AsyncMigration: commit_ready() once per serving step).
 - eplb.Error (a ValueError) for every bad input, with the library's message; LayoutError,
   MigrationError (TimeoutError, PeerLostError) for migrations.
 
@@ -26,6 +27,7 @@ from eplb.balance import Balancedness, balancedness, rank_loads
 from eplb.errors import Error, LayoutError, MigrationError, PeerLostError, TimeoutError
 from eplb.group import ProcessGroup
 from eplb.memory import empty, empty_like
+from eplb.async_migration import AsyncMigration
 from eplb.migrator import Migrator
 from eplb.files import read_load, read_load_trace, read_placement
 from eplb.maps import compute_logical_maps
@@ -37,5 +39,5 @@ __all__ = [
     "__version__", "Error", "rebalance_experts", "policies", "compute_logical_maps", "balancedness",
     "Balancedness", "rank_loads", "plan_migration", "read_load", "read_load_trace", "read_placement",
     "plot", "sglang", "vllm", "Migrator", "ProcessGroup", "empty", "empty_like", "LayoutError", "MigrationError",
-    "TimeoutError", "PeerLostError",
+    "TimeoutError", "PeerLostError", "AsyncMigration",
 ]

@@ -12,6 +12,9 @@ Contract:
   raises eplb.MigrationError (TimeoutError, PeerLostError) on every rank that is still there; every
   layer is then wholly old or wholly new on every rank, and the error says which
   (`committed_layers`). The GIL is released while the engine runs.
+- `start(old_phy2log, new_phy2log, *, layers=None, lead_steps=2)` is collective: the same round
+  overlapped with serving, returning an eplb.AsyncMigration (eplb/async_migration.py) whose
+  commit_ready() the serving loop calls once per step. One round at a time per Migrator.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import re
 import numpy as np
 
 from eplb import _eplb
+from eplb.async_migration import AsyncMigration
 from eplb.errors import Error, LayoutError, MigrationError, PeerLostError, TimeoutError
 from eplb.group import ProcessGroup
 from eplb.memory import TRANSPORTS, agent_of, transfer_agent
@@ -69,6 +73,8 @@ class Migrator:
         self._native = _eplb.Migration(self._group._native, agent, layers, self._slots, int(num_nodes),
                                        self._timeout, int(retries), on_layer)
         self._broken = None
+        self._async = None
+        self._observers = []  # eplb.metrics collectors: observe_round(layer_reports), observe_stall(seconds)
 
     @property
     def group(self) -> ProcessGroup:
@@ -85,26 +91,12 @@ class Migrator:
 
     def migrate(self, old_phy2log, new_phy2log, *, layers=None) -> dict:
         """Collective: moves every layer (or `layers`) from old_phy2log to new_phy2log ([layers][slots])."""
-        if self._broken:
-            raise Error(f"this Migrator stopped for good: {self._broken}", "not allowed")
-        old = self._phy2log(old_phy2log, "old_phy2log")
-        new = self._phy2log(new_phy2log, "new_phy2log")
-        if layers is not None:
-            chosen = sorted({_layer_index(layer, len(old)) for layer in layers})
-            target = old.copy()
-            target[chosen] = new[chosen]
-            new = target
-        experts = int(max(old.max(), new.max())) + 1
+        old, new, experts = self._round_arguments(old_phy2log, new_phy2log, layers)
         code, message, layer_reports, seconds, retries = self._native.migrate(old, new, experts)
-        for item in layer_reports:
-            item["path"] = self._paths[item["layer"]]
-            item["verified"] = item["committed"]
+        self._observe_round(layer_reports)
         if code != "ok":
-            error = _migration_error(code, message, layer_reports, seconds, self._group.rank, self._agent_names)
-            if isinstance(error, PeerLostError) or isinstance(error, TimeoutError):
-                self._broken = str(error)
-            raise error
-        report = _report(layer_reports, seconds, retries)
+            raise self._round_error(code, message, layer_reports, seconds)
+        report = self._round_report(layer_reports, seconds, retries)
         if self._verify:
             agreed, failure, slowest = self._native.agree(new, experts, seconds, "")
             report["verified"], report["slowest_rank_seconds"] = agreed, slowest
@@ -113,6 +105,65 @@ class Migrator:
                                      rank=self._group.rank, operation="agreeing on the round", elapsed_s=seconds,
                                      committed_layers=[item["layer"] for item in layer_reports if item["committed"]])
         return report
+
+    def start(self, old_phy2log, new_phy2log, *, layers=None, lead_steps: int = 2) -> AsyncMigration:
+        """Collective: starts the round of migrate() overlapped with serving and returns at once.
+
+        Args:
+            old_phy2log, new_phy2log: [layers][slots] placements, as for migrate().
+            layers: only these layers move (the others keep old_phy2log), as for migrate().
+            lead_steps: a voted layer commits `lead_steps` serving steps after the latest rank's
+                step at the vote (>= 1): larger values make the serving loop wait less often.
+        Returns:
+            An eplb.AsyncMigration: call its commit_ready() once per serving step until done.
+        Raises:
+            eplb.Error (ValueError) for bad placements or lead_steps, or while another round runs.
+        """
+        if not isinstance(lead_steps, int) or not 1 <= lead_steps <= 1000:
+            raise Error(f"lead_steps must be an int in [1, 1000], got {lead_steps!r}")
+        old, new, experts = self._round_arguments(old_phy2log, new_phy2log, layers)
+        native = self._native.start(old, new, experts, lead_steps)
+        self._async = AsyncMigration(self, native, make_error=self._round_error, make_report=self._round_report)
+        return self._async
+
+    def _round_arguments(self, old_phy2log, new_phy2log, layers):
+        """(old, new, number of experts) of a round, checked; refused while this Migrator cannot run one."""
+        if self._broken:
+            raise Error(f"this Migrator stopped for good: {self._broken}", "not allowed")
+        if self._async is not None and not self._async.done:
+            raise Error("an async round of this Migrator is still running (call its commit_ready() until done)",
+                        "not allowed")
+        old = self._phy2log(old_phy2log, "old_phy2log")
+        new = self._phy2log(new_phy2log, "new_phy2log")
+        if layers is not None:
+            chosen = sorted({_layer_index(layer, len(old)) for layer in layers})
+            target = old.copy()
+            target[chosen] = new[chosen]
+            new = target
+        return old, new, int(max(old.max(), new.max())) + 1
+
+    def _observe_round(self, layer_reports) -> None:
+        for observer in self._observers:
+            observer.observe_round(layer_reports)
+
+    def _observe_stall(self, seconds: float) -> None:
+        for observer in self._observers:
+            observer.observe_stall(seconds)
+
+    def _round_report(self, layer_reports, seconds, retries) -> dict:
+        for item in layer_reports:
+            item["path"] = self._paths[item["layer"]]
+            item["verified"] = item["committed"]
+        return _report(layer_reports, seconds, retries)
+
+    def _round_error(self, code, message, layer_reports, seconds) -> MigrationError:
+        """The typed exception of a failed round; a Migrator whose group is broken refuses later rounds."""
+        for item in layer_reports:
+            item["path"] = self._paths[item["layer"]]
+        error = _migration_error(code, message, layer_reports, seconds, self._group.rank, self._agent_names)
+        if isinstance(error, (PeerLostError, TimeoutError)):
+            self._broken = str(error)
+        return error
 
     def _phy2log(self, phy2log, name: str) -> np.ndarray:
         array = phy2log.detach().cpu().numpy() if hasattr(phy2log, "detach") else np.asarray(phy2log)

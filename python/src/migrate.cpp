@@ -11,10 +11,15 @@
 #include "bindings.h"
 #include "convert.h"
 #include "eplb/migrate.h"
+#include "eplb/migrate_async.h"
 #include "group.h"
 
 namespace eplb::python {
 namespace {
+
+py::tuple status_tuple(const Status& status) {
+  return py::make_tuple(std::string(code_name(status.code())), status.message());
+}
 
 // One adopted tensor of one layer: its rows and whether the agent allocated them.
 struct TensorArgument {
@@ -37,8 +42,20 @@ py::dict layer_dict(const LayerReport& layer) {
   item["changed"] = layer.changed;
   item["committed"] = layer.committed;
   item["failure"] = layer.failure;
+  item["failure_code"] = layer.failure.empty() ? std::string() : std::string(code_name(layer.failure_code));
+  item["seconds_transfer"] = layer.seconds_transfer;
+  item["seconds_commit"] = layer.seconds_commit;
   return item;
 }
+
+py::tuple report_tuple(const RoundReport& report) {
+  py::list layers;
+  for (const auto& layer : report.layers) layers.append(layer_dict(layer));
+  return py::make_tuple(std::string(code_name(report.status.code())), report.status.message(), layers,
+                        report.seconds, report.retries());
+}
+
+class AsyncRound;
 
 class Migration {
  public:
@@ -94,11 +111,13 @@ class Migration {
       report = migrator_->migrate(current, target);
     }
     rethrow_callback_failure();
-    py::list layers;
-    for (const auto& layer : report.layers) layers.append(layer_dict(layer));
-    return py::make_tuple(std::string(code_name(report.status.code())), report.status.message(), layers,
-                          report.seconds, report.retries());
+    return report_tuple(report);
   }
+
+  // Collective: starts an async round (eplb/migrate_async.h); the returned
+  // round keeps this Migration alive (keep_alive in the binding).
+  std::unique_ptr<AsyncRound> start(const IndexArray& old_phy2log, const IndexArray& new_phy2log,
+                                          int num_experts, int lead_steps);
 
   // Collective: do all ranks hold the same mapping after a round?
   py::tuple agree(const IndexArray& phy2log, int num_experts, double seconds, const std::string& check_failure) {
@@ -113,6 +132,7 @@ class Migration {
   }
 
  private:
+  friend class AsyncRound;
   struct UseOfAgent {
     explicit UseOfAgent(AgentHandle& handle) : handle(handle) { handle.begin_use(); }
     ~UseOfAgent() { handle.end_use(); }
@@ -146,6 +166,71 @@ class Migration {
   std::optional<py::error_already_set> callback_failure_;
 };
 
+// An async round of a Migration: the placement the progress thread switches
+// layer by layer (owned here, so that it outlives the round), the agent
+// marked busy until the round is closed, and every call that may wait made
+// with the GIL released (the progress thread takes it for the group's
+// Python collectives and the per-layer callback).
+class AsyncRound {
+ public:
+  AsyncRound(Migration& migration, Placement current, const Placement& target, int lead_steps)
+      : migration_(migration), current_(std::make_unique<Placement>(std::move(current))),
+        use_(std::make_unique<Migration::UseOfAgent>(*migration.agent_)) {
+    auto started = migration_.migrator_->start(*current_, target, lead_steps);
+    round_ = value_or_throw(std::move(started));
+  }
+  ~AsyncRound() { close(); }
+
+  // (code, message, committed layers) of the call for serving step `step`.
+  py::tuple commit_ready(int64_t step, int max_layers) {
+    Result<std::vector<int>> committed = [&] {
+      py::gil_scoped_release release;
+      return live().commit_ready(step, max_layers);
+    }();
+    migration_.rethrow_callback_failure();
+    if (!committed) return py::make_tuple(std::string(code_name(committed.status().code())),
+                                          committed.status().message(), py::list());
+    return py::make_tuple(std::string("ok"), std::string(), py::cast(*committed));
+  }
+  py::tuple poll() { return status_tuple(live().poll()); }
+  bool ready() { return round_ && round_->ready(); }
+  bool done() { return !round_ || round_->done(); }
+  void abort() { live().abort(); }
+  // Joins the progress thread and returns the report as Migration::migrate
+  // does. Complete once done(); before that the round is closed (its
+  // pending commit refused, so the caller drains it first: eplb/async.py).
+  py::tuple close() {
+    if (round_) {
+      std::unique_ptr<AsyncMigration> round = std::move(round_);
+      py::gil_scoped_release release;
+      report_ = round->report();
+      round.reset();
+      use_.reset();
+    }
+    return report_tuple(report_);
+  }
+
+ private:
+  AsyncMigration& live() {
+    if (!round_) throw_if_error(error(Code::NotAllowed, "this async migration was closed"));
+    return *round_;
+  }
+  Migration& migration_;
+  std::unique_ptr<Placement> current_;
+  std::unique_ptr<Migration::UseOfAgent> use_;
+  std::unique_ptr<AsyncMigration> round_;
+  RoundReport report_;
+};
+
+std::unique_ptr<AsyncRound> Migration::start(const IndexArray& old_phy2log, const IndexArray& new_phy2log,
+                                             int num_experts, int lead_steps) {
+  Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
+  Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
+  throw_if_error(migrator_->set_num_experts(num_experts));
+  store_->forget_checksums();
+  return std::make_unique<AsyncRound>(*this, std::move(current), target, lead_steps);
+}
+
 }  // namespace
 
 void bind_migrate(py::module_& module) {
@@ -160,8 +245,17 @@ void bind_migrate(py::module_& module) {
            py::arg("group"), py::arg("agent"), py::arg("layers"), py::arg("slots_per_rank"), py::arg("num_nodes"),
            py::arg("timeout"), py::arg("retries"), py::arg("on_layer"))
       .def("migrate", &Migration::migrate, py::arg("old_phy2log"), py::arg("new_phy2log"), py::arg("num_experts"))
+      .def("start", &Migration::start, py::keep_alive<0, 1>(), py::arg("old_phy2log"), py::arg("new_phy2log"),
+           py::arg("num_experts"), py::arg("lead_steps"))
       .def("agree", &Migration::agree, py::arg("phy2log"), py::arg("num_experts"), py::arg("seconds"),
            py::arg("check_failure"));
+  py::class_<AsyncRound>(module, "AsyncRound")
+      .def("commit_ready", &AsyncRound::commit_ready, py::arg("step"), py::arg("max_layers"))
+      .def("poll", &AsyncRound::poll)
+      .def("ready", &AsyncRound::ready)
+      .def("done", &AsyncRound::done)
+      .def("abort", &AsyncRound::abort)
+      .def("close", &AsyncRound::close);
 }
 
 }  // namespace eplb::python

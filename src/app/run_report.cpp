@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eplb/app.h"
+#include "eplb/app_metrics.h"
 
 namespace eplb {
 namespace {
@@ -29,7 +30,8 @@ nlohmann::json layer_json(const LayerReport& layer) {
           {"seconds_vote", layer.seconds_vote},
           {"seconds_commit", layer.seconds_commit},
           {"retries", layer.retries},
-          {"failure", layer.failure}};
+          {"failure", layer.failure},
+          {"failure_code", layer.failure.empty() ? std::string() : metric_code_label(layer.failure_code)}};
 }
 
 nlohmann::json serving_json(const ServingStats& stats) {

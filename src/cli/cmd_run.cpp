@@ -25,6 +25,7 @@
 #include "eplb/app.h"
 #include "eplb/bootstrap.h"
 #include "run_args.h"
+#include "run_metrics_file.h"
 
 namespace eplb::cli {
 namespace {
@@ -105,14 +106,27 @@ class JsonReport {
   int rounds_ = 0;
 };
 
+// The files rank 0 writes: --json and --metrics (either may be absent).
+struct RankFiles {
+  std::unique_ptr<JsonReport> report;
+  std::unique_ptr<MetricsFile> metrics;
+  static Result<RankFiles> open(const RunArgs& args) {
+    RankFiles files;
+    EPLB_ASSIGN_OR_RETURN(files.report, JsonReport::open(args.json));
+    EPLB_ASSIGN_OR_RETURN(files.metrics, MetricsFile::open(args.metrics));
+    return files;
+  }
+};
+
 // What rank 0 shows while the run goes, and the report at the end. Rounds
-// leave as they end (a table row, a JSON line): no rank keeps them all.
+// leave as they end (a table row, a JSON line, the metrics rewritten): no
+// rank keeps them all.
 class RankOutput {
  public:
-  RankOutput(const RunOptions& options, const RunLabels& labels, bool printing, bool terminal,
-             std::unique_ptr<JsonReport> report = nullptr)
+  RankOutput(const RunOptions& options, const RunLabels& labels, bool printing, bool terminal, RankFiles files = {})
       : options_(options), labels_(labels), printing_(printing),
-        progress_(terminal, options.rounds, options.topology.num_layers), report_(std::move(report)) {}
+        progress_(terminal, options.rounds, options.topology.num_layers), report_(std::move(files.report)),
+        metrics_(std::move(files.metrics)) {}
 
   void attach(RunOptions& options) {
     options.keep_all_rounds = false;
@@ -120,12 +134,14 @@ class RankOutput {
     options.on_ready = [this](const RunSummary& summary) {
       print(render_banner(options_, labels_, summary));
       if (report_) report_->head(options_, labels_, summary);
+      if (metrics_) metrics_->ready();
     };
     options.migrate.on_layer_done = [this](const LayerReport& layer) { print(progress_.layer_done(layer)); };
     options.on_round_done = [this](const RoundSummary& round) {
       print(progress_.round_done(round));
       table_ += render_table_row(round);
       if (report_) report_->round(round);
+      if (metrics_) metrics_->round(round);
     };
   }
   // The table, and --json; every rank states its committed state when the
@@ -136,8 +152,11 @@ class RankOutput {
       std::fprintf(stderr, "eplb: %s\n", summary.final_state.c_str());
     if (!printing_) return summary.status;
     if (!table_.empty()) print(render_table_header() + table_ + render_table_end(options_, summary));
-    if (!report_) return summary.status;
-    Status written = report_->finish(options_, labels_, summary);
+    Status written = metrics_ ? metrics_->finish() : Status::ok();
+    if (report_) {
+      Status reported = report_->finish(options_, labels_, summary);
+      if (written) written = reported;
+    }
     if (written || !summary.status) {
       if (!written) std::fprintf(stderr, "eplb: the report was not written: %s\n", written.to_string().c_str());
       return summary.status;
@@ -155,24 +174,24 @@ class RankOutput {
   bool printing_;
   RunProgress progress_;
   std::unique_ptr<JsonReport> report_;
+  std::unique_ptr<MetricsFile> metrics_;
   std::string table_;
 };
 
-Status run_as_rank(ProcessGroup& group, RunOptions options, const RunLabels& labels, const std::string& json,
-                   bool mpi) {
+Status run_as_rank(ProcessGroup& group, RunOptions options, const RunLabels& labels, const RunArgs& args, bool mpi) {
   // The local launcher says whether the user sees a terminal; mpirun gives
   // ranks a pseudo-terminal even when its own output is a pipe, so under
   // MPI bars need EPLB_RUN_TTY=1.
   const char* tty = std::getenv("EPLB_RUN_TTY");
   const bool terminal = tty ? std::string(tty) == "1" : (!mpi && isatty(STDOUT_FILENO));
   install_test_hooks(options, group.rank());
-  std::unique_ptr<JsonReport> report;
+  RankFiles files;
   if (group.rank() == 0) {
-    auto opened = JsonReport::open(json);
-    if (opened) report = std::move(opened).value();
+    auto opened = RankFiles::open(args);
+    if (opened) files = std::move(opened).value();
     else options.precondition = opened.status();
   }
-  RankOutput output(options, labels, group.rank() == 0, terminal, std::move(report));
+  RankOutput output(options, labels, group.rank() == 0, terminal, std::move(files));
   output.attach(options);
   Status status = output.finish(run_rank(group, options));
   // Errors every rank agreed on (an aborted layer, a fingerprint or layout
@@ -186,8 +205,8 @@ Status run_as_rank(ProcessGroup& group, RunOptions options, const RunLabels& lab
   return status;
 }
 
-Status run_in_threads(RunOptions options, const RunLabels& labels, const std::string& json) {
-  EPLB_ASSIGN_OR_RETURN(std::unique_ptr<JsonReport> report, JsonReport::open(json));
+Status run_in_threads(RunOptions options, const RunLabels& labels, const RunArgs& args) {
+  EPLB_ASSIGN_OR_RETURN(RankFiles files, RankFiles::open(args));
   const int size = options.topology.num_ranks;
   auto groups = make_thread_groups(size);
   auto serving_groups = make_thread_groups(size);  // --async: the serving loop's own collectives
@@ -201,7 +220,7 @@ Status run_in_threads(RunOptions options, const RunLabels& labels, const std::st
     threads.emplace_back([&, r] {
       RunOptions mine = options;
       if (mine.serving.async) mine.serving_group = serving_groups[r].get();
-      RankOutput output(mine, labels, r == 0, terminal, r == 0 ? std::move(report) : nullptr);
+      RankOutput output(mine, labels, r == 0, terminal, r == 0 ? std::move(files) : RankFiles{});
       output.attach(mine);
       RunSummary summary = run_rank(*groups[r], mine);
       std::lock_guard lock(stderr_lines);
@@ -227,11 +246,11 @@ Result<std::vector<std::string>> own_command_line() {
   return argv;
 }
 
-// The launcher: every option, the trace file and the --json path are
-// checked once here, before any rank starts.
-void launch(const RunOptions& options, const std::string& json) {
+// The launcher: every option, the trace file and the --json and --metrics
+// paths are checked once here, before any rank starts.
+void launch(const RunOptions& options, const RunArgs& args) {
   if (Status valid = validate_run_options(options); !valid) return set_command_result(valid);
-  if (auto probe = JsonReport::open(json); !probe) return set_command_result(probe.status());
+  if (auto probe = RankFiles::open(args); !probe) return set_command_result(probe.status());
   LaunchOptions launch_options;
   auto argv = own_command_line();
   if (!argv) return set_command_result(argv.status());
@@ -286,9 +305,9 @@ void run_command(const RunArgs& args) {
     if (!options) return set_command_result(options.status());
     if (Status admitted = admit_on_this_machine(*options, options->topology.num_ranks, !loopback); !admitted)
       return set_command_result(admitted);
-    if (!loopback) return launch(*options, args.json);
+    if (!loopback) return launch(*options, args);
     if (Status valid = validate_run_options(*options); !valid) return set_command_result(valid);
-    return set_command_result(run_in_threads(std::move(options).value(), run_labels(args, false), args.json));
+    return set_command_result(run_in_threads(std::move(options).value(), run_labels(args, false), args));
   }
   auto local = launched_group_options();
   if (!mpi && local) delay_join_for_test(*local);
@@ -307,7 +326,7 @@ void run_command(const RunArgs& args) {
     if (Status admitted = admit_on_this_machine(*options, mpi_local_ranks(), true); !admitted)
       return set_command_result(admitted);
   }
-  set_command_result(run_as_rank(**group, std::move(options).value(), run_labels(args, mpi), args.json, mpi));
+  set_command_result(run_as_rank(**group, std::move(options).value(), run_labels(args, mpi), args, mpi));
 }
 
 void add_run(CLI::App& app) {

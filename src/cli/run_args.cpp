@@ -135,6 +135,15 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
   run.add_option("--json", args.json,
                  "write the report (per round and per layer) to this JSON file (rank 0): created before any work,\n"
                  "each round appended as it ends, renamed into place when the run ends (also when it stops)");
+  run.add_option("--metrics", args.metrics,
+                 "write Prometheus metrics (text exposition format, for node_exporter's textfile collector: name\n"
+                 "it *.prom in the collector's directory) to this file. Rank 0 writes it: byte counters are the\n"
+                 "whole group's, durations rank 0's own per layer. Written atomically (a temporary file beside it,\n"
+                 "renamed) when the ranks are ready and after every round, also a failed one; its directory is\n"
+                 "checked before any work. eplb_rebalances_total, eplb_bytes_moved_total{locality},\n"
+                 "eplb_layer_retries_total, eplb_layer_failures_total{code}, eplb_balancedness{when},\n"
+                 "histograms eplb_layer_commit_seconds, eplb_transfer_seconds, eplb_serving_stall_seconds\n"
+                 "(observed in async runs only; zero count otherwise)");
 }
 
 void add_serving_options(CLI::App& run, RunArgs& args) {

@@ -34,6 +34,7 @@ struct RunArgs {
   int retries = 2;
   std::string inject;
   std::string json;
+  std::string metrics;
   int threads = 1;
   std::string max_input_bytes;
   bool async = false;

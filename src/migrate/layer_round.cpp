@@ -18,6 +18,18 @@ constexpr uint32_t kOutcomeVersion = 1;
 
 std::string layer_list(const std::vector<int>& layers) { return layers.empty() ? "none" : join_ints(layers, 64); }
 
+// The code of the first "no" in a vote: each rank's reason is its failure's
+// Status::to_string(), "<code name>: <message>". Aborted when none names one.
+Code first_code(const std::vector<std::string>& reasons) {
+  for (const auto& reason : reasons)
+    for (int c = int(Code::InvalidArgument); c <= int(Code::Internal); ++c) {
+      const std::string_view name = code_name(Code(c));
+      if (reason.size() > name.size() && reason.compare(0, name.size(), name) == 0 && reason[name.size()] == ':')
+        return Code(c);
+    }
+  return Code::Aborted;
+}
+
 // One layer of one round on this rank.
 class LayerRun {
  public:
@@ -88,6 +100,7 @@ void LayerRun::set_deadlines(const LayerPlan& plan) {
 
 Status LayerRun::lost(const Status& failure, const std::string& during) {
   report_.failure = failure.to_string();
+  report_.failure_code = failure.code();
   return Status(failure.code(),
                 fmt::format("migration stopped on rank {} at layer {} ({}): {}; layer {} kept its old placement on "
                             "this rank (live weights and mapping untouched); layers committed to the new placement "
@@ -187,6 +200,7 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
   }
   if (last_failure_.empty()) last_failure_ = "a rank voted no without a reason";
   report_.failure = fmt::format("attempt {}: {}", number + 1, last_failure_);
+  report_.failure_code = first_code(reasons);
   if (number < options_.retries) ++report_.retries;
   return Status::ok();
 }

@@ -7,8 +7,10 @@ color scale, and the per-layer balancedness before and after. `evaluate`
 draws the results of `eplb evaluate --json`: out-of-sample balancedness per
 window for every policy, and the bytes each rebalance moved. Both return a
 matplotlib Figure (no pyplot, no global state) and write it to `out` when
-given. The shell entry point is `python3 -m eplb.plot rank-loads|evaluate`
-(eplb/plot/__main__.py). Bad input raises eplb.Error.
+given. `timeline` (eplb/plot/timeline.py) draws an async `eplb run` report's
+serving step times with the layer commits marked. The shell entry point is
+`python3 -m eplb.plot rank-loads|evaluate|timeline` (eplb/plot/__main__.py).
+Bad input raises eplb.Error.
 """
 import json
 import os
@@ -18,7 +20,7 @@ import numpy as np
 from eplb.balance import balancedness, rank_loads as _rank_loads
 from eplb.errors import Error
 
-__all__ = ["rank_loads", "evaluate", "default_phy2log", "save"]
+__all__ = ["rank_loads", "evaluate", "timeline", "default_phy2log", "save"]
 
 
 def default_phy2log(num_layers: int, num_experts: int, num_replicas: int) -> np.ndarray:
@@ -169,3 +171,6 @@ def _evaluate_title(data: dict) -> str:
                      if key in topology)
     return (f"eplb evaluate: {os.path.basename(str(data.get('trace', '?')))}, window {data.get('window', '?')}, "
             f"estimator {data.get('estimator', '?')}; {shape}")
+
+
+from eplb.plot.timeline import timeline  # noqa: E402  (uses the helpers above)

@@ -3,6 +3,7 @@
   python3 -m eplb.plot rank-loads --load LOAD (--after PLACEMENT.json | --policy NAME)
                        [--before PLACEMENT.json] [--replicas R --groups G --nodes N --ranks P] -o FILE
   python3 -m eplb.plot evaluate RESULTS.json -o FILE
+  python3 -m eplb.plot timeline RUN.json [--round N] -o FILE
 
 Exit codes as the eplb command: 0 done, 2 bad argument, 3 bad input file, 1 other.
 """
@@ -36,6 +37,13 @@ def _parser() -> argparse.ArgumentParser:
                                                "rebalance, from the JSON written by `eplb evaluate --json`.")
     evaluate.add_argument("results", help="the JSON file written by `eplb evaluate --json FILE`")
     evaluate.add_argument("-o", "--out", required=True, help="the picture to write (.png, .svg, .pdf)")
+    timeline = commands.add_parser("timeline", help="an async `eplb run --json` report: serving step times, commits",
+                                   description="Serving step times over each round of an async `eplb run` (the "
+                                               "report's serving_timeline), the time stalled in eplb calls and "
+                                               "each layer's commit marked: did rebalancing hurt latency?")
+    timeline.add_argument("report", help="the JSON file written by `eplb run --async ... --json FILE`")
+    timeline.add_argument("--round", type=int, help="draw only this round (from 1; default: every round)")
+    timeline.add_argument("-o", "--out", required=True, help="the picture to write (.png, .svg, .pdf)")
     return parser
 
 
@@ -75,6 +83,8 @@ def main(argv=None) -> int:
     try:
         if arguments.command == "rank-loads":
             _rank_loads(arguments)
+        elif arguments.command == "timeline":
+            plot.timeline(arguments.report, round=arguments.round, out=arguments.out)
         else:
             plot.evaluate(arguments.results, out=arguments.out)
     except Error as failure:

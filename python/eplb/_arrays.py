@@ -10,6 +10,7 @@ kind: torch in gives a CPU torch tensor out, numpy or a list gives numpy.
 torch is never imported here: a value can only be a tensor if the caller
 has imported torch already, so `import eplb` stays fast without torch.
 """
+import math
 import operator
 import sys
 
@@ -104,6 +105,6 @@ def real(name: str, value, minimum: float = 0.0) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise Error(f"{name} must be a number, got {value!r}") from None
-    if not (np.isfinite(number) and number >= minimum):
+    if not (math.isfinite(number) and number >= minimum):
         raise Error(f"{name} must be finite and >= {minimum}, got {value!r}")
     return number

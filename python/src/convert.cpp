@@ -59,6 +59,16 @@ std::string position(const std::vector<size_t>& extents, size_t flat) {
   return text;
 }
 
+// Whether every value is finite and >= 0, in one branch-free pass that
+// vectorizes (NaN fails both comparisons); the slow loop that names the bad
+// value runs only when this says no.
+bool all_loads_valid(const double* values, size_t count) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  bool valid = true;
+  for (size_t i = 0; i < count; ++i) valid &= (values[i] >= 0) & (values[i] <= kMax);
+  return valid;
+}
+
 }  // namespace
 
 LoadTrace trace_from_array(const DoubleArray& array, const char* name) {
@@ -72,6 +82,8 @@ LoadTrace trace_from_array(const DoubleArray& array, const char* name) {
   trace.num_experts = checked_extent(array, window ? 2 : 1, name);
   const size_t count = size_t(trace.num_steps) * trace.num_layers * trace.num_experts;
   const double* data = array.data();
+  trace.values.assign(data, data + count);
+  if (all_loads_valid(trace.values.data(), count)) return trace;
   for (size_t i = 0; i < count; ++i) {
     if (std::isfinite(data[i]) && data[i] >= 0) continue;
     std::vector<size_t> extents = {size_t(trace.num_layers), size_t(trace.num_experts)};
@@ -81,7 +93,6 @@ LoadTrace trace_from_array(const DoubleArray& array, const char* name) {
     throw_invalid(std::string(name) + position(extents, i) + " = " + value +
                   ": loads must be finite and >= 0");
   }
-  trace.values.assign(data, data + count);
   return trace;
 }
 

@@ -88,6 +88,14 @@ size_t elements(const std::vector<py::ssize_t>& shape) {
   return count;
 }
 
+// int32 -> int64. The source and count are locals on purpose: read through a
+// span, every int64 store might alias the span's size (long and unsigned long
+// may alias), so the loop stayed scalar; this way it vectorizes (~4x fewer
+// stores on the 1.4 MB of a DeepSeek-V3 result).
+void widen(const int32_t* __restrict source, size_t count, int64_t* __restrict out) {
+  for (size_t i = 0; i < count; ++i) out[i] = source[i];
+}
+
 }  // namespace
 
 std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& parts) {
@@ -102,7 +110,7 @@ std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& par
   std::vector<py::array_t<int64_t>> arrays;
   int64_t* next = block;
   for (const Int64Part& part : parts) {
-    for (size_t i = 0; i < part.values.size(); ++i) next[i] = part.values[i];
+    widen(part.values.data(), part.values.size(), next);
     arrays.emplace_back(part.shape, next, owner);
     next += part.values.size();
   }

@@ -70,10 +70,10 @@ Status invalid_load(const LoadMatrix& load) {
 // the largest replica count over all layers, as the reference's is.
 std::vector<int32_t> build_log2phy(const std::vector<int32_t>& phy2log, const std::vector<int32_t>& phyrank,
                                    int layers, int experts, int slots, int width, int threads) {
-  std::vector<int32_t> log2phy(size_t(layers) * size_t(experts) * size_t(width));
+  // Filled with the padding once, as it is allocated (not zeroed, then padded).
+  std::vector<int32_t> log2phy(size_t(layers) * size_t(experts) * size_t(width), -1);
   parallel_for(size_t(layers), threads, [&](size_t l) {
     int32_t* layer = log2phy.data() + l * size_t(experts) * size_t(width);
-    std::fill(layer, layer + size_t(experts) * size_t(width), -1);
     const size_t row = l * size_t(slots);
     for (int slot = 0; slot < slots; ++slot)
       layer[size_t(phy2log[row + size_t(slot)]) * size_t(width) + size_t(phyrank[row + size_t(slot)])] = slot;

@@ -23,7 +23,7 @@ times=()
 # memory segments), one path a line, sorted.
 scratch_listing() {
   find /dev/shm /tmp -maxdepth 1 -mindepth 1 \( -name 'eplb*' -o -name 'ucx*' -o -name 'sem.eplb*' \
-    -o -name '*.json.tmp.*' -o -name '*.npy.tmp.*' \) 2>/dev/null | sort
+    -o -name '*.json.tmp.*' -o -name '*.npy.tmp.*' -o -name '*.prom.tmp.*' \) 2>/dev/null | sort
 }
 scratch_at_start="$(mktemp)"
 scratch_listing >"$scratch_at_start"

@@ -71,9 +71,14 @@ def check_against_report(families, report):
     assert value(families, "eplb_transfer_seconds", "eplb_transfer_seconds_count") == len(layers)
     assert value(families, "eplb_transfer_seconds", "eplb_transfer_seconds_sum") == pytest.approx(
         sum(layer["seconds_transfer"] for layer in layers), rel=1e-9, abs=1e-12)
-    # Synchronous runs: the stall histogram is there, empty.
-    assert value(families, "eplb_serving_stall_seconds", "eplb_serving_stall_seconds_count") == 0
-    assert value(families, "eplb_serving_stall_seconds", "eplb_serving_stall_seconds_bucket", le="+Inf") == 0
+    # One stall observation per serving step of rank 0 (whose report this is);
+    # a synchronous run has none: the histogram is there, empty.
+    stalls = [s for r in rounds if "serving_timeline" in r for s in r["serving_timeline"]["stall_seconds"]]
+    assert len(stalls) == sum(r["serving"]["steps"] for r in rounds if "serving" in r)
+    assert value(families, "eplb_serving_stall_seconds", "eplb_serving_stall_seconds_count") == len(stalls)
+    assert value(families, "eplb_serving_stall_seconds", "eplb_serving_stall_seconds_bucket", le="+Inf") == len(stalls)
+    assert value(families, "eplb_serving_stall_seconds", "eplb_serving_stall_seconds_sum") == pytest.approx(
+        sum(stalls), rel=1e-6, abs=1e-9)
 
 
 def test_a_run_metrics_file_parses_and_matches_its_json_report(cli, tmp_path):
@@ -133,3 +138,12 @@ def test_an_unwritable_metrics_path_fails_before_any_rank_starts(cli, tmp_path):
     assert "--metrics" in done.stderr and str(missing) in done.stderr, done.stderr
     assert "round" not in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_async_run_feeds_the_serving_stall_histogram(cli, tmp_path):
+    done, report, text = run(cli, tmp_path, "--async", "--step-ms", "2", rounds=2)
+    assert done.returncode == 0, done.stderr
+    assert all(round_["serving"]["steps"] > 0 for round_ in report["rounds"])
+    families = parse(text)
+    check_against_report(families, report)
+    assert value(families, "eplb_serving_stall_seconds", "eplb_serving_stall_seconds_count") > 0

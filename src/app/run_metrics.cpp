@@ -93,6 +93,9 @@ void RunMetrics::add_round(const RoundSummary& round) {
     transfer_seconds_.observe(layer.seconds_transfer);
     if (layer.committed) layer_commit_seconds_.observe(layer.seconds_commit);
   }
+  // An --async round: one stall observation per serving step of this rank.
+  if (round.served)
+    for (double stall : round.timeline.stall_seconds) observe_stall(stall);
 }
 
 std::string RunMetrics::render() const {

@@ -49,11 +49,17 @@ def placements(world: int, seed: int):
             random_placement(rng, LAYERS, SLOTS * world, experts))
 
 
-def full_round(rank: int, world: int, allocate: str) -> dict:
-    old, new = placements(world, 21)
+def case_setup(rank: int, world: int, seed: int, allocate: str = "plain", **migrator_options):
+    """(old, new, weights filled for `old`, a Migrator over them) for one case."""
+    old, new = placements(world, seed)
     weights = make_weights(LAYERS, SLOTS, allocate)
     fill(weights, old, rank)
-    migrator = eplb.Migrator(weights, timeout=20)
+    options = {"timeout": 20, **migrator_options}
+    return old, new, weights, eplb.Migrator(weights, **options)
+
+
+def full_round(rank: int, world: int, allocate: str) -> dict:
+    old, new, weights, migrator = case_setup(rank, world, 21, allocate)
     handle = migrator.start(old, new)
     outcome = serve(handle, weights, old, new, rank)
     report = handle.report()
@@ -67,10 +73,7 @@ def full_round(rank: int, world: int, allocate: str) -> dict:
 
 def aborted_round(rank: int, world: int) -> dict:
     """Every rank aborts right after the first commit (the same step everywhere)."""
-    old, new = placements(world, 22)
-    weights = make_weights(LAYERS, SLOTS, "plain")
-    fill(weights, old, rank)
-    migrator = eplb.Migrator(weights, timeout=20)
+    old, new, weights, migrator = case_setup(rank, world, 22)
     with migrator.start(old, new) as handle:
         outcome = serve(handle, weights, old, new, rank, abort_after_first=True)
     outcome["report_committed"] = handle.report()["totals"]["layers_committed"]
@@ -79,10 +82,7 @@ def aborted_round(rank: int, world: int) -> dict:
 
 def aborted_by_rank_zero(rank: int, world: int) -> dict:
     """Only rank 0 aborts: the other ranks see a MigrationError naming it."""
-    old, new = placements(world, 23)
-    weights = make_weights(LAYERS, SLOTS, "plain")
-    fill(weights, old, rank)
-    migrator = eplb.Migrator(weights, timeout=20)
+    old, new, weights, migrator = case_setup(rank, world, 23)
     handle = migrator.start(old, new)
     if rank == 0:
         handle.abort()
@@ -91,10 +91,7 @@ def aborted_by_rank_zero(rank: int, world: int) -> dict:
 
 def failed_round(rank: int, world: int) -> dict:
     """Every transfer fails: the sync path's MigrationError from commit_ready, everything old."""
-    old, new = placements(world, 24)
-    weights = make_weights(LAYERS, SLOTS, "plain")
-    fill(weights, old, rank)
-    migrator = eplb.Migrator(weights, timeout=10, retries=1, inject=f"err=1.0,seed={rank + 3}")
+    old, new, weights, migrator = case_setup(rank, world, 24, timeout=10, retries=1, inject=f"err=1.0,seed={rank + 3}")
     handle = migrator.start(old, new)
     outcome = serve(handle, weights, old, new, rank)
     try:
@@ -107,10 +104,7 @@ def failed_round(rank: int, world: int) -> dict:
 
 def misuse(rank: int, world: int) -> dict:
     """Bad arguments and a second round while one runs are refused with eplb.Error."""
-    old, new = placements(world, 25)
-    weights = make_weights(LAYERS, SLOTS, "plain")
-    fill(weights, old, rank)
-    migrator = eplb.Migrator(weights, timeout=20)
+    old, new, weights, migrator = case_setup(rank, world, 25)
     refused = {}
     for name, call in [("lead_steps", lambda: migrator.start(old, new, lead_steps=0))]:
         try:

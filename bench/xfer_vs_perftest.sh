@@ -6,10 +6,11 @@
 #
 # Usage: bench/xfer_vs_perftest.sh [--transport shm|tcp] [--sizes "1M 4M 16M 64M"]
 #                                  [--iterations N] [--repeat R] [--no-pin] [--no-quiet] [--user]
-#                                  [--runs] [--aa] [--build DIR]
+#                                  [--runs] [--aa] [--through-ucx] [--build DIR]
 #   --transport  shm: UCX_TLS=posix,sysv,cma,self   tcp: UCX_TLS=tcp,self, UCX_NET_DEVICES=lo
 #   --sizes      block sizes (K, M, G); default "4K 64K 1M 4M 16M 64M"
-#   --iterations requests per run (default: ~4 GiB per run, 100..4000)
+#   --iterations requests per run (default: ~4 GiB per run, 100..200000:
+#                4K 200000 (a few ms), 64K 65536, 1M 4096, 64M 100)
 #   --repeat     runs of each tool per size (default 9), in pairs: perftest
 #                then eplb, eplb then perftest, ... (the order alternates)
 #   --no-pin     do not pin; by default (2+ CPUs) the initiators (perftest
@@ -21,6 +22,9 @@
 #   --user       also run eplb with --memory user (heap buffers registered
 #                with register_memory, a request made per iteration)
 #   --runs       also print every pair's numbers
+#   --through-ucx  eplb's READs go through ucp_get_nbx like perftest's
+#                (xfer-bench --through-ucx); default: eplb copies mapped peer
+#                memory with one memcpy in post (AgentConfig::copy_mapped_memory)
 #   --aa         A/A calibration: ucx_perftest in place of eplb, i.e. perftest
 #                against itself; its intervals show how wide the machine's
 #                noise alone makes them
@@ -32,7 +36,7 @@
 # the median of the R per-pair ratios eplb/perftest with a distribution-free
 # ~95 % confidence interval for that median (order statistics), "p50": the
 # same for block / median request time (perftest's 50th percentile latency
-# vs xfer-bench's median post + completion), which ignores descheduled
+# vs xfer-bench's median post + completion of every 16th request), which ignores descheduled
 # requests.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,6 +50,7 @@ user=0
 quiet=1
 show_runs=0
 aa=0
+through_ucx=()
 while (($#)); do
   case "$1" in
     --transport) transport="$2"; shift 2 ;;
@@ -58,7 +63,8 @@ while (($#)); do
     --no-quiet) quiet=0; shift ;;
     --runs) show_runs=1; shift ;;
     --aa) aa=1; shift ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    --through-ucx) through_ucx=(--through-ucx); shift ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "xfer_vs_perftest.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,12 +96,13 @@ bytes_of() {
   esac
 }
 
-iterations_for() {  # ~4 GiB per run, 100..4000 (fewer made 16 MiB rows hinge on a few descheduled copies)
+iterations_for() {  # ~4 GiB per run, 100..200000 (fewer made 16 MiB rows hinge on a few descheduled copies;
+  # 4000 timed 4 KiB READs in 0.2 ms)
   local bytes="$1" n
   if ((iterations > 0)); then echo "$iterations"; return; fi
   n=$(((4 << 30) / bytes))
   ((n < 100)) && n=100
-  ((n > 4000)) && n=4000
+  ((n > 200000)) && n=200000
   echo "$n"
 }
 
@@ -125,7 +132,7 @@ eplb_run() {  # size_text iterations memory [extra...]; --aa: a perftest run in 
     echo "$(perftest_run "$(bytes_of "$1")" "$2") 0 0"
     return
   fi
-  eplb_real_run "$@"
+  eplb_real_run "$@" "${through_ucx[@]}"
 }
 
 eplb_real_run() {  # size_text iterations memory [extra...] -> "GB/s_overall GB/s_at_p50 prepare_us post_us"

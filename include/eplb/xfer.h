@@ -109,6 +109,12 @@ struct AgentConfig {
   // 4 KiB page during transfers). For agents that will read most of their
   // peers' memory, like expert migration; other backends ignore it.
   bool map_peer_memory_eagerly = false;
+  // A READ or WRITE of peer memory that UCX maps into this process (shared
+  // memory between processes of one host, ucp_rkey_ptr) is one memcpy
+  // inside post(), done at once, instead of ucp_get_nbx/ucp_put_nbx (whose
+  // protocol costs more than a 4 KiB copy). false: always through UCX, as
+  // ucx_perftest's ucp_get measures it. Other backends ignore it.
+  bool copy_mapped_memory = true;
 };
 
 struct Notification {

@@ -3,8 +3,10 @@
 // request of `batch` descriptors from prepared lists, posts it, and spins on
 // status() until Done, `iterations` times (xfer_bench_row.cpp). Columns:
 // block size, batch, GB/s (10^9 bytes/s over the timed loop), average
-// latency per request, and prepare (make_request) / post / completion
-// times, average and p99.
+// latency per request (loop time / requests), and p50 latency and prepare
+// (make_request) / post / completion times, average and p99, over every 16th
+// request (timed on its own: three clock reads would cost as much as a
+// whole 4 KiB READ if every request paid them).
 //
 // The target is, by default, a second process on this machine: this
 // executable re-exec'd with the hidden --serve-fd option over a socketpair.
@@ -277,6 +279,10 @@ void add_workload_options(CLI::App& command, BenchOptions& options) {
   command.add_flag("--reuse-request", options.reuse_request,
                    "make one request per block size and repost it every iteration (NIXL's pattern for "
                    "repeated transfers); default: make_request + post + release every iteration");
+  command.add_flag("--through-ucx", options.through_ucx,
+                   "with --backend ucx: every READ/WRITE goes through ucp_get_nbx/ucp_put_nbx, as ucx_perftest "
+                   "measures it; default: peer memory UCX maps into this process (shared memory) is copied with "
+                   "one memcpy inside post()");
   command.add_flag("!--no-yield", options.yield,
                    "spin without sched_yield() between polls (default yields, kinder to a shared machine)");
 }

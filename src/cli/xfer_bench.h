@@ -37,6 +37,7 @@ struct BenchOptions {
   bool json = false;
   bool yield = true;
   bool reuse_request = false;  // make one request per block size and repost it
+  bool through_ucx = false;    // AgentConfig::copy_mapped_memory = false
   bool target_spin = false;    // the target progresses continuously even when the peer does not need it
   int target_poll_ms = 100;    // otherwise it sleeps on its control socket this long between progress calls
   int cpu = -1;                // pin this process to this CPU (-1: no pinning)
@@ -121,7 +122,7 @@ struct Row {
   int iterations = 0;
   double gigabytes_per_second = 0;
   double average_latency_us = 0;
-  double median_latency_us = 0;  // p50 of prepare + post + completion
+  double median_latency_us = 0;  // p50 of prepare + post + completion, every 16th request
   double prepare_us = 0, prepare_p99_us = 0;
   double post_us = 0, post_p99_us = 0;
   double completion_us = 0, completion_p99_us = 0;

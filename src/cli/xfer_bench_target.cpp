@@ -28,6 +28,7 @@ Result<std::unique_ptr<Agent>> make_agent(const BenchOptions& options, const std
   AgentConfig config;
   config.name = name;
   config.backend = options.backend;
+  config.copy_mapped_memory = !options.through_ucx;
   if (options.transport == "shm") config.transports = "posix,sysv,cma,self";
   if (options.transport == "tcp") {
     config.transports = "tcp,self";

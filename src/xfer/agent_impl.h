@@ -115,6 +115,7 @@ class Agent::Impl {
   Status add_remote_regions(PeerState& peer, const AgentMetadata& metadata);
   // Polls one request's backend (if running) and updates its phase.
   void poll(RequestStateRecord& request);
+  void start_clock_unless_done(RequestStateRecord& request);
   std::string describe(const RequestStateRecord& request) const;  // "READ of 9 descriptors (396 MiB) from agent x"
   // A remote list is stale once its peer was invalidated (even if reloaded since).
   bool is_stale(const DescriptorListState& list) const;

@@ -117,6 +117,16 @@ UcxRemoteKey::~UcxRemoteKey() {
   if (rkey_ != nullptr) ucp_rkey_destroy(rkey_);
 }
 
+uint8_t* UcxRemoteKey::mapped(uint64_t address) const {
+  void* local = nullptr;
+  if (unmappable_ || rkey_ == nullptr) return nullptr;
+  if (ucp_rkey_ptr(rkey_, address, &local) != UCS_OK || local == nullptr) {
+    unmappable_ = true;
+    return nullptr;
+  }
+  return static_cast<uint8_t*>(local);
+}
+
 void UcxRemoteKey::map_eagerly(uint64_t address, uint64_t length) {
   void* local = nullptr;
   if (rkey_ == nullptr || length == 0 || ucp_rkey_ptr(rkey_, address, &local) != UCS_OK || local == nullptr) return;
@@ -497,6 +507,7 @@ Result<std::unique_ptr<Backend>> make_ucx_backend(const AgentConfig& config) {
   std::string description;
   EPLB_ASSIGN_OR_RETURN(ucp_config_t* ucx_config, read_config(config, &description));
   auto state = std::make_shared<UcxWorkerState>();
+  state->copy_mapped_memory = config.copy_mapped_memory;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;

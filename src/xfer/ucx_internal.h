@@ -59,6 +59,7 @@ struct UcxWorkerState {
   std::vector<std::unique_ptr<EndpointErrorSlot>> error_slots;
   std::vector<ParkedSend> parked_sends;
   uint64_t dropped_notifications = 0;
+  bool copy_mapped_memory = true;  // AgentConfig::copy_mapped_memory
 
   UcxWorkerState() = default;
   UcxWorkerState(const UcxWorkerState&) = delete;
@@ -123,10 +124,14 @@ class UcxRemoteKey final : public BackendRemoteKey {
   // Where UCX maps the peer's memory into this process (shared memory),
   // populates the page tables of that mapping; otherwise nothing.
   void map_eagerly(uint64_t address, uint64_t length) override;
+  // This process's address of the peer's byte at `address` when UCX maps
+  // the peer's memory here (shared memory: ucp_rkey_ptr), else nullptr.
+  uint8_t* mapped(uint64_t address) const;
 
  private:
   std::shared_ptr<UcxPeerState> peer_;
   ucp_rkey_h rkey_;
+  mutable bool unmappable_ = false;  // ucp_rkey_ptr failed once: not shared memory
 };
 
 // Sends `payload` as a notification active message; the returned status

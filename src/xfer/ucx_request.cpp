@@ -1,6 +1,8 @@
 // ucx_request.cpp - one posted transfer on the UCX backend.
 //
-// post: ucp_get_nbx (READ) or ucp_put_nbx (WRITE) for every segment; a WRITE
+// post: for every segment, one memcpy when UCX maps the peer's memory here
+// (shared memory, AgentConfig::copy_mapped_memory), otherwise ucp_get_nbx
+// (READ) or ucp_put_nbx (WRITE); a WRITE
 // then adds ucp_ep_flush_nbx, so that completion of the flush means every
 // byte has landed at the peer (a get completes only once its bytes are in
 // local memory, so a READ needs no flush). Every UCS request handle is
@@ -11,6 +13,8 @@
 // error (RemoteDisconnect) or the operation's own status. Destroying a
 // request that is still running cancels and drains its handles (bounded), so
 // no UCX callback or write outlives it silently.
+#include <cstring>
+
 #include "eplb/common.h"
 #include "ucx_internal.h"
 
@@ -61,6 +65,7 @@ class UcxRequest final : public BackendRequest {
         fail(Code::Internal, "remote key does not belong to the endpoint of peer " + peer_->name);
         return;
       }
+      if (copy_directly(segment, *rkey)) continue;
       if (segment.local_memory != nullptr) {
         param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
         param.memh = static_cast<const UcxMemory*>(segment.local_memory)->memh();
@@ -82,6 +87,21 @@ class UcxRequest final : public BackendRequest {
       ucp_request_param_t flush_param{};
       track(ucp_ep_flush_nbx(peer_->endpoint, &flush_param));
     }
+  }
+
+  // A peer's memory mapped into this process (UCX shared memory) is read or
+  // written with one memcpy here (AgentConfig::copy_mapped_memory): the
+  // transfer is done once issue() returns, like UCX's own inline get, minus
+  // the protocol's cost per operation.
+  bool copy_directly(const TransferSegment& segment, const UcxRemoteKey& rkey) const {
+    if (!peer_->worker->copy_mapped_memory) return false;
+    uint8_t* remote = rkey.mapped(segment.remote_address);
+    if (remote == nullptr) return false;
+    if (op_ == Operation::Read)
+      std::memcpy(segment.local_address, remote, segment.length);
+    else
+      std::memcpy(remote, segment.local_address, segment.length);
+    return true;
   }
 
   // Records a UCS status pointer; false (and Failed) if it is an error.

@@ -89,6 +89,60 @@ void allocated_regions_transfer_and_free(bool map_eagerly, long* faults) {
   EXPECT_EQ((*loopback)->allocate_memory(4096).status().code(), Code::Unsupported);
 }
 
+// READ then WRITE of 1 MiB + 5 (scattered over 3 descriptors) between
+// memory the owner allocated (mapped into the reader by UCX), either copied
+// directly in post() or through ucp_get_nbx/ucp_put_nbx. *inline_done: the
+// READ was Done at its first status() with no progress of the owner.
+void mapped_memory_round_trip(bool copy_mapped, bool* inline_done) {
+  AgentConfig config;
+  config.name = "owner";
+  auto owner = Agent::create(config);
+  config.name = "reader";
+  config.copy_mapped_memory = copy_mapped;
+  auto reader = Agent::create(config);
+  ASSERT_TRUE(owner && reader);
+  constexpr size_t kBytes = (1 << 20) + 5;
+  auto source = (*owner)->allocate_memory(kBytes);
+  auto buffer = (*reader)->allocate_memory(kBytes);
+  ASSERT_TRUE(source && buffer);
+  auto* remote = static_cast<uint8_t*>(source->address);
+  auto* local = static_cast<uint8_t*>(buffer->address);
+  fill_pattern(remote, kBytes, 7);
+  std::memset(local, 0, kBytes);
+  ASSERT_TRUE((*reader)->load_metadata(*(*owner)->export_metadata()));
+  ASSERT_TRUE((*owner)->load_metadata(*(*reader)->export_metadata()));
+  const size_t cuts[] = {0, 4093, 700001, kBytes};
+  std::vector<Descriptor> locals, remotes;
+  for (int i = 0; i < 3; ++i) {
+    locals.push_back(descriptor_of(local + cuts[i], cuts[i + 1] - cuts[i]));
+    remotes.push_back(descriptor_of(remote + cuts[i], cuts[i + 1] - cuts[i]));
+  }
+  auto local_list = (*reader)->prepare_local(locals);
+  auto remote_list = (*reader)->prepare_remote("owner", remotes);
+  ASSERT_TRUE(local_list && remote_list);
+  for (Operation op : {Operation::Read, Operation::Write}) {
+    if (op == Operation::Write) fill_pattern(local, kBytes, 9);
+    auto request = (*reader)->make_request(op, *local_list, {}, *remote_list, {});
+    ASSERT_TRUE(request && (*reader)->post(*request));
+    if (op == Operation::Read) *inline_done = (*reader)->status(*request).state == RequestState::Done;
+    const RequestId id = *request;
+    ASSERT_TRUE(wait_driving(**reader, **owner, {&id, 1}, Deadline::after_seconds(10)));
+    EXPECT_EQ(std::memcmp(local, remote, kBytes), 0) << operation_name(op) << " copy_mapped " << copy_mapped;
+    ASSERT_TRUE((*reader)->release(*request));
+  }
+  ASSERT_TRUE((*reader)->release_descriptor_list(*local_list));
+  ASSERT_TRUE((*reader)->release_descriptor_list(*remote_list));
+}
+
+TEST(UcxMappedMemory, CopiedDirectlyOrThroughUcxTheBytesAreTheSame) {
+  bool direct_inline = false, through_ucx_inline = false;
+  mapped_memory_round_trip(true, &direct_inline);
+  mapped_memory_round_trip(false, &through_ucx_inline);
+  if (std::getenv("UCX_TLS") && std::string(std::getenv("UCX_TLS")).find("posix") != std::string::npos) {
+    EXPECT_TRUE(direct_inline);  // one memcpy inside post()
+  }
+}
+
 TEST(UcxAllocateMemory, AllocatedRegionsTransferAndFree) {
   long lazy = -1, eager = -1;
   allocated_regions_transfer_and_free(false, &lazy);

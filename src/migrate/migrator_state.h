@@ -108,7 +108,6 @@ class StepGate {
   // Records and returns the step the vote carries; the serving thread waits
   // for its result at most `vote_seconds` (+ a margin) past step + lead.
   int64_t vote_cast(double vote_seconds);
-  void vote_settled();  // the vote said no: nothing to commit
   int lead() const { return lead_; }
   // Hands over the commit of `layer` at `step` (-1: at the next step, no
   // agreement needed) and waits until the serving thread ran it.
@@ -143,9 +142,11 @@ class StepGate {
   bool done_ = false, abort_ = false, closed_ = false;
 };
 
-// A vote that also carries each rank's step and an abort request. Yes when
-// unanimous; *commit_step = max step + lead; *abort_rank = the first rank
-// that asked to abort (or -1).
+// A vote in two phases: yes/no, reason and abort request of every rank;
+// then, only when unanimous, every rank's current step (taken when the
+// first phase is over, so a serving thread never waits for a slower rank's
+// transfers): *commit_step = max step + lead. Yes when unanimous;
+// *abort_rank = the first rank that asked to abort (or -1).
 Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
                           double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
                           int* abort_rank);

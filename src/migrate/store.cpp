@@ -24,9 +24,10 @@ Result<uint8_t*> map_bytes(uint64_t bytes, const char* what) {
   return static_cast<uint8_t*>(memory);
 }
 
-// The staging area is rewritten for every layer of every round: back it
-// with transparent huge pages where the kernel allows (fewer TLB misses)
-// and fault it in now rather than during the first layer's transfers.
+// The staging area (and the spare buffers) are rewritten for every layer of
+// every round: back them with transparent huge pages where the kernel
+// allows (fewer TLB misses) and fault them in now rather than during the
+// first layer's transfers.
 // Best effort: either call may be refused (old kernel, THP disabled).
 void prepare_staging(uint8_t* memory, uint64_t bytes) {
 #ifndef MADV_POPULATE_WRITE
@@ -84,6 +85,8 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
   if (!store->arena_) {
     EPLB_ASSIGN_OR_RETURN(store->arena_, map_bytes(store->arena_bytes_, "expert arena"));
   }
+  // The spares are first written during a round: fault them in now.
+  if (spare_buffers) prepare_staging(store->arena_ + buffer_bytes, buffer_bytes);
   store->memory_.resize(layout.layers.size());
   if (spare_buffers) store->spare_.resize(layout.layers.size());
   for (size_t l = 0; l < layout.layers.size(); ++l)

@@ -43,6 +43,10 @@
 //   reads of layer l have landed or been released. So no rank overwrites rows
 //   a peer may still be reading, and no extra barrier is needed: layer l+1
 //   touches other rows, and its checksum allgather orders it after l's vote.
+//   With the swap commit, peers read only the published live buffer; the
+//   spare is private until the swap, and the old live buffer (the spare
+//   after it) is written again only in layer l of a later round, after
+//   every READ of it landed (docs/async.md).
 // - Reports are data (LayerReport, RoundReport); progress leaves through the
 //   MigrateOptions callbacks. agree_on_round lets the ranks compare their
 //   committed mappings and their own checks after a round.

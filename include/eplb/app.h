@@ -69,7 +69,9 @@ Status verify_simulated(const ExpertStore& store, const Placement& placement);
 // its own (never the migration's), which also tells when every rank is done.
 struct ServingOptions {
   bool async = false;           // --async: migrate while serving
-  std::string commit = "copy";  // --commit: copy (the engine copies staging into live rows)
+  // --commit: copy (the engine copies staging into live rows) or swap (a
+  // spare buffer per layer, CommitMode::Swap: twice the expert memory).
+  std::string commit = "copy";
   double step_ms = 5;           // --step-ms: a serving step lasts at least this long
   double slot_share = 0.25;     // --serve-share: share of each layer's slots a step reads
   int idle_steps = 50;          // steps measured without migration (serving_idle)
@@ -179,12 +181,14 @@ Status validate_run_options(const RunOptions& options);
 
 // What one rank of `eplb run` allocates for its store: the arena (every
 // layer's tensor blocks, page aligned; shared memory under UCX) and the
-// staging area (the largest layer).
+// staging area (the largest layer), and with the swap commit the spare
+// buffers (one more layer per layer, in the arena's allocation).
 struct RankMemory {
   uint64_t arena_bytes = 0;
   uint64_t staging_bytes = 0;
+  uint64_t spare_bytes = 0;
 };
-RankMemory rank_memory(const StoreLayout& layout);
+RankMemory rank_memory(const StoreLayout& layout, bool spare_buffers = false);
 // Per rank, beyond the store: the process, UCX's FIFOs and bounce buffers.
 inline constexpr uint64_t kRankOverheadBytes = uint64_t{64} << 20;
 

@@ -11,6 +11,15 @@
 //   in place (adopt), plus one staging area sized for one layer's slots. The
 //   store knows nothing of what the bytes are; the engine (or a simulation)
 //   writes them and calls forget_checksums() when it rewrites rows itself.
+// - Spare buffers (create_arena with spare_buffers, owned memory only): a
+//   second buffer per layer, the size of the layer, for the swap commit
+//   (CommitMode::Swap). Per layer one buffer is live (row() reads it), the
+//   other is the spare: a round writes the layer's new rows into the spare
+//   (READs land there directly, unchanged rows are copied in) and its commit
+//   swaps the two (swap_layer: O(1), the checksum cache follows). Costs one
+//   extra layer of memory per layer (spare_bytes()). Peers learn which of a
+//   source's two buffers is live from the source's per-layer checksum
+//   publication; both are in its memory map.
 // - Migrator::create is collective: every rank registers its store with its
 //   xfer Agent, allgathers its layout and memory map and refuses a mismatch
 //   (Mismatch naming the rank, layer, tensor and both sizes) before any byte
@@ -34,6 +43,10 @@
 //   reads of layer l have landed or been released. So no rank overwrites rows
 //   a peer may still be reading, and no extra barrier is needed: layer l+1
 //   touches other rows, and its checksum allgather orders it after l's vote.
+//   With the swap commit, peers read only the published live buffer; the
+//   spare is private until the swap, and the old live buffer (the spare
+//   after it) is written again only in layer l of a later round, after
+//   every READ of it landed (docs/async.md).
 // - Reports are data (LayerReport, RoundReport); progress leaves through the
 //   MigrateOptions callbacks. agree_on_round lets the ranks compare their
 //   committed mappings and their own checks after a round.
@@ -111,8 +124,10 @@ class ExpertStore {
   // CPU) and is registered already; backends that cannot allocate fall back
   // to private memory. Such an arena belongs to the agent: it is freed when
   // the agent is destroyed, and the store must not be used after that.
+  // With `spare_buffers`, the arena holds two buffers per layer (twice the
+  // live bytes) so that a Migrator can commit by swapping them.
   static Result<std::unique_ptr<ExpertStore>> create_arena(const StoreLayout& layout, int first_slot,
-                                                           xfer::Agent* agent = nullptr);
+                                                           xfer::Agent* agent = nullptr, bool spare_buffers = false);
   // Uses the engine's buffers memory[layer][tensor] (not owned, must outlive
   // the store); only the staging area is allocated.
   static Result<std::unique_ptr<ExpertStore>> adopt(const StoreLayout& layout, int first_slot,
@@ -132,6 +147,20 @@ class ExpertStore {
   uint64_t row_stride(int layer, int tensor) const { return memory_[layer][tensor].row_stride; }
   // Staging row for (local slot, tensor) when staging layer `layer`.
   uint8_t* staging_row(int layer, int local_slot, int tensor) const;
+
+  // Spare buffers (see the contract). has_spare(): created with them;
+  // spare_bytes(): their size (0 without). live_buffer(layer): 0 or 1, which
+  // of the layer's two buffers is live; buffer_row: a row of buffer 0 or 1
+  // (buffer 1 only with spares); spare_row: the non-live buffer's row.
+  bool has_spare() const { return !spare_.empty(); }
+  uint64_t spare_bytes() const { return has_spare() ? arena_bytes_ / 2 : 0; }
+  int live_buffer(int layer) const { return live_[layer]; }
+  uint8_t* buffer_row(int layer, int buffer, int local_slot, int tensor) const;
+  uint8_t* spare_row(int layer, int local_slot, int tensor) const;
+  // The swap commit of a layer: the spare becomes live and the live buffer
+  // the spare; `sums` ([local slot * tensors + tensor], as the checksum
+  // cache) become the remembered checksums of the new live rows.
+  void swap_layer(int layer, std::vector<std::optional<uint64_t>> sums);
 
   // XXH3-64 of a live row, computed now.
   uint64_t checksum(int layer, int local_slot, int tensor) const;
@@ -157,7 +186,9 @@ class ExpertStore {
   ExpertStore() = default;
   StoreLayout layout_;
   int first_slot_ = 0;
-  std::vector<std::vector<TensorMemory>> memory_;  // [layer][tensor], stride resolved
+  std::vector<std::vector<TensorMemory>> memory_;  // [layer][tensor], stride resolved: the live buffer
+  std::vector<std::vector<TensorMemory>> spare_;   // [layer][tensor]: the spare buffer (empty without)
+  std::vector<int> live_;                          // [layer]: 0 or 1, which buffer memory_ is
   std::vector<std::vector<uint64_t>> staging_offsets_;  // [layer][tensor] offset into staging
   uint8_t* arena_ = nullptr;
   uint64_t arena_bytes_ = 0;
@@ -175,11 +206,21 @@ class ExpertStore {
 
 struct LayerReport;
 
+// How a layer's new rows reach the live rows after the unanimous vote.
+// Copy: staging -> live rows (the only mode for adopted memory, whose
+// addresses the engine may have frozen). Swap: the rows were written into
+// the layer's spare buffer in the background; the commit swaps live and
+// spare (needs a store created with spare buffers).
+enum class CommitMode { Copy, Swap };
+std::string_view commit_mode_name(CommitMode mode);  // "copy", "swap"
+
 struct MigrateOptions {
   // Deadline for the transfers of one layer attempt; <= 0: automatic,
   // 5 s + 1 s per 256 MiB this rank reads in the layer.
   double timeout_seconds = 0;
   int retries = 2;  // extra attempts per layer after a failed vote
+  // Copy or Swap (Swap: InvalidArgument unless the store has spare buffers).
+  CommitMode commit = CommitMode::Copy;
   // Deadline for each collective (allgather, vote); <= 0: automatic,
   // the layer's transfer deadline + 10 s.
   double collective_timeout_seconds = 0;

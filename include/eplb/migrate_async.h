@@ -7,12 +7,15 @@
 //   Migrator::migrate; it never writes a live row nor `current`.
 // - The serving thread calls commit_ready(step) once before each serving
 //   step, steps numbered alike on every rank (expert-parallel steps run in
-//   lockstep). Each layer's vote also carries every rank's current step S_r
-//   and fixes the commit step C = max_r S_r + lead_steps; every rank writes
-//   layer l's live rows and switches its mapping in the commit_ready call of
-//   step C, so all ranks change layer l at the same serving step. A rank
-//   reaching step S_r + lead_steps before the vote result is known waits
-//   for it inside commit_ready (bounded by the collective deadline).
+//   lockstep). Each layer's vote has two phases: yes/no of every rank, then
+//   (unanimous yes only) every rank's current step S_r, which fixes the
+//   commit step C = max_r S_r + lead_steps; every rank commits layer l (and
+//   switches its mapping) in the commit_ready call of step C, so all ranks
+//   change layer l at the same serving step. A rank reaching step
+//   S_r + lead_steps before the second phase's result is known waits for it
+//   inside commit_ready (bounded by the collective deadline); the second
+//   phase starts when every rank has voted, so that wait is one allgather,
+//   not a slower rank's transfers.
 // - The fence of the sync path holds: live rows change only in a commit,
 //   after a unanimous vote that every rank casts once its own reads landed.
 // - Failures (transfer, checksum, lost rank, deadline) surface at the next
@@ -20,8 +23,11 @@
 //   stay new, the others old, on every rank.
 // - abort() asks the round to stop at the next vote (every rank stops there:
 //   the vote carries the request); keep calling commit_ready() until done().
-// - Commit mode: copy (staging -> live rows). At most one layer is staged
-//   at a time, so commit_ready commits at most one layer per call.
+// - Commit mode (MigrateOptions::commit): copy (staging -> live rows, in
+//   the serving thread) or swap (the rows were written into the layer's
+//   spare buffer in the background; the commit swaps live and spare, O(1)).
+//   At most one layer is prepared at a time, so commit_ready commits at
+//   most one layer per call.
 // - Nothing here prints, writes files or throws; `current` must outlive the
 //   AsyncMigration and be read only by the serving thread while it runs.
 #pragma once

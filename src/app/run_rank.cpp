@@ -57,12 +57,15 @@ Result<RankSetup> set_up_rank(ProcessGroup& group, const RunOptions& options, co
   auto agent = xfer::Agent::create(config);
   if (!agent) return agent.status().with_context(fmt::format("rank {}: creating the transfer agent", me));
   setup.agent = std::move(agent).value();
-  auto store = ExpertStore::create_arena(layout, me * options.topology.slots_per_rank(), setup.agent.get());
+  MigrateOptions migrate = options.migrate;
+  if (options.serving.async && options.serving.commit == "swap") migrate.commit = CommitMode::Swap;
+  auto store = ExpertStore::create_arena(layout, me * options.topology.slots_per_rank(), setup.agent.get(),
+                                         migrate.commit == CommitMode::Swap);
   if (!store) return store.status().with_context(fmt::format("rank {}", me));
   setup.store = std::move(store).value();
   fill_simulated(*setup.store, current);
   EPLB_ASSIGN_OR_RETURN(setup.migrator,
-                        Migrator::create(group, *setup.agent, *setup.store, options.topology, options.migrate, deadline));
+                        Migrator::create(group, *setup.agent, *setup.store, options.topology, migrate, deadline));
   return setup;
 }
 

@@ -87,6 +87,17 @@ nlohmann::json round_json(const RoundSummary& round) {
   return json;
 }
 
+// The spare buffers of the swap commit: bytes per rank (0 with copy).
+uint64_t spare_bytes(const RunOptions& options, const RunSummary& summary) {
+  const bool swap = options.serving.async && options.serving.commit == "swap";
+  return swap && summary.layout.num_layers() > 0 ? rank_memory(summary.layout, true).spare_bytes : 0;
+}
+
+std::string spare_note(const RunOptions& options, const RunSummary& summary) {
+  const uint64_t spare = spare_bytes(options, summary);
+  return spare ? fmt::format(" with {} of spare buffers per rank", format_bytes(spare)) : "";
+}
+
 }  // namespace
 
 std::string render_banner(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
@@ -97,9 +108,9 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
   const std::string& faults = options.agent.fault_spec;
   std::string idle;
   if (summary.serving_idle)
-    idle = fmt::format("serving (--async, {} commits, step {} ms, {:.0f}% of the slots per step), idle: {}\n",
-                       options.serving.commit, options.serving.step_ms, options.serving.slot_share * 100,
-                       serving_line(*summary.serving_idle));
+    idle = fmt::format("serving (--async, {} commits{}, step {} ms, {:.0f}% of the slots per step), idle: {}\n",
+                       options.serving.commit, spare_note(options, summary), options.serving.step_ms,
+                       options.serving.slot_share * 100, serving_line(*summary.serving_idle));
   return fmt::format(
       "eplb run: {} ranks on {} nodes ({} bootstrap, {} transport), {}, policy {}\n"
       "experts: {} each as [{}]; {} of expert weights per rank\n"
@@ -173,7 +184,8 @@ std::string render_json_head(const RunOptions& options, const RunLabels& labels,
     json["serving_idle"] = serving_json(*summary.serving_idle);
     json["serving_options"] = {{"commit", options.serving.commit},
                                {"step_ms", options.serving.step_ms},
-                               {"slot_share", options.serving.slot_share}};
+                               {"slot_share", options.serving.slot_share},
+                               {"spare_bytes", spare_bytes(options, summary)}};
   }
   std::string text = json.dump(2);
   text.resize(text.size() - 2);  // "\n}"

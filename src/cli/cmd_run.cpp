@@ -272,7 +272,8 @@ Status admit_on_this_machine(const RunOptions& options, int local_ranks, bool ov
   const Topology& topology = options.topology;
   auto machine = read_machine_memory();
   if (!machine) return machine.status();
-  RankMemory per_rank = rank_memory(StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), options.tensors));
+  RankMemory per_rank = rank_memory(StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), options.tensors),
+                                    options.serving.async && options.serving.commit == "swap");
   return admit_memory(per_rank, local_ranks, over_ucx, *machine);
 }
 

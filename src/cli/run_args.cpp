@@ -155,8 +155,11 @@ void add_serving_options(CLI::App& run, RunArgs& args) {
                "per-round serving statistics and timeline, and serving_idle (the same steps without migration)");
   args.commit_option = run.add_option("--commit", args.commit,
                                       "with --async: how a layer commits at its agreed step: copy (staging rows are\n"
-                                      "copied into the live rows; no extra memory). swap (a spare buffer per layer,\n"
-                                      "pointer swap at commit, one extra layer of memory) is not implemented yet")
+                                      "copied into the live rows in the serving thread; no extra memory) or swap (the\n"
+                                      "new rows are written into a spare buffer of the layer in the background and\n"
+                                      "the commit swaps live and spare: no row copy in the serving thread, but ONE\n"
+                                      "EXTRA LAYER OF MEMORY PER LAYER, i.e. twice the expert weights per rank;\n"
+                                      "counted by the memory admission, shown as spare_bytes in the report)")
                            ->capture_default_str();
   args.step_ms_option = run.add_option("--step-ms", args.step_ms,
                                        "with --async: the least duration of a serving step in ms (the emulated\n"

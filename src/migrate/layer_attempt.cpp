@@ -62,22 +62,31 @@ std::string where(const AttemptContext& context) {
   return fmt::format("layer {} on rank {}", context.layer, context.me);
 }
 
-// Staging rows are packed; remote rows are packed unless the peer's engine
-// memory has a wider stride, then one descriptor per row.
-void describe_run(const AttemptContext& context, const RankMap& source, const ReadRun& run, Descriptors& out,
+// Where this attempt puts a new row: staging (copy) or the spare buffer (swap).
+uint8_t* landing_row(const AttemptContext& context, int local_slot, int tensor) {
+  return context.swap ? context.store.spare_row(context.layer, local_slot, tensor)
+                      : context.store.staging_row(context.layer, local_slot, tensor);
+}
+
+// Staging and spare rows are packed; remote rows are packed unless the
+// peer's engine memory has a wider stride, then one descriptor per row. The
+// remote rows are those of the buffer the source published live.
+void describe_run(const AttemptContext& context, int source_rank, const ReadRun& run, Descriptors& out,
                   PostedRead& posted) {
   const ExpertStore& store = context.store;
+  const RankMap& source = context.ranks[source_rank];
+  const int live = context.published.live[source_rank];
   const int first = store.first_slot();
   const int source_local = run.source_slot - int(source.first_slot);
   const int tensors = int(store.layout().layers[context.layer].size());
   for (int t = 0; t < tensors; ++t) {
     const uint64_t row_bytes = store.row_bytes(context.layer, t);
-    auto [base, stride] = source.tensors[context.layer][t];
+    auto [base, stride] = source_tensor(source, live, context.layer, t);
     const int rows = stride == row_bytes ? 1 : run.count;
     const uint64_t length = stride == row_bytes ? row_bytes * uint64_t(run.count) : row_bytes;
     for (int i = 0; i < rows; ++i) {
-      auto staging = reinterpret_cast<uint64_t>(store.staging_row(context.layer, run.dest_slot - first + i, t));
-      out.local.push_back({staging, length, 0});
+      auto landing = reinterpret_cast<uint64_t>(landing_row(context, run.dest_slot - first + i, t));
+      out.local.push_back({landing, length, 0});
       out.remote.push_back({base + uint64_t(source_local + i) * stride, length, 0});
     }
     posted.bytes += row_bytes * uint64_t(run.count);
@@ -96,7 +105,7 @@ Status post_read(const AttemptContext& context, const ReadRequest& request, cons
       auto expert = slot_expert.find(run.dest_slot + i);
       posted.experts.push_back(expert == slot_expert.end() ? -1 : expert->second);
     }
-    describe_run(context, source, run, descriptors, posted);
+    describe_run(context, request.source_rank, run, descriptors, posted);
   }
   const std::string what = fmt::format("READ of {} descriptors ({}) from rank {} (experts {})",
                                        descriptors.remote.size(), format_bytes(posted.bytes), request.source_rank,
@@ -132,7 +141,9 @@ std::optional<uint64_t>& staged(const AttemptContext& context, int slot, int ten
 }
 
 // 2. Local copies from rows that change in this commit, while the READs
-// fly (the others wait for the commit: CopyPlan).
+// fly (the others wait for the commit: CopyPlan). With swap, every local
+// copy and every row that stays goes from live to spare now (live rows do
+// not change before the swap); copies after a read wait for the read.
 void copy_locally(const AttemptContext& context) {
   ExpertStore& store = context.store;
   const int first = store.first_slot();
@@ -140,11 +151,29 @@ void copy_locally(const AttemptContext& context) {
   const RankLayerPlan& rank_plan = context.plan.ranks[context.me];
   const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
   for (const auto& op : rank_plan.slots) {
-    if (op.action != SlotAction::LocalCopy || op.copy_after_read || copies.deferred(op, first)) continue;
+    if (op.action == SlotAction::RemoteRead || op.copy_after_read) continue;
+    if (!context.swap && (op.action == SlotAction::Keep || copies.deferred(op, first))) continue;
+    const int from = (op.action == SlotAction::Keep ? op.slot : op.source_slot) - first;
     for (int t = 0; t < tensors; ++t) {
-      std::memcpy(store.staging_row(context.layer, op.slot - first, t),
-                  store.row(context.layer, op.source_slot - first, t), store.row_bytes(context.layer, t));
-      staged(context, op.slot, t) = store.cached_checksum(context.layer, op.source_slot - first, t);
+      std::memcpy(landing_row(context, op.slot - first, t), store.row(context.layer, from, t),
+                  store.row_bytes(context.layer, t));
+      staged(context, op.slot, t) = store.cached_checksum(context.layer, from, t);
+    }
+  }
+}
+
+// With swap, after the reads were verified: the copies of a row this
+// layer read (spare -> spare).
+void copy_after_reads(const AttemptContext& context) {
+  ExpertStore& store = context.store;
+  const int first = store.first_slot();
+  const int tensors = int(store.layout().layers[context.layer].size());
+  for (const auto& op : context.plan.ranks[context.me].slots) {
+    if (!op.copy_after_read) continue;
+    for (int t = 0; t < tensors; ++t) {
+      std::memcpy(store.spare_row(context.layer, op.slot - first, t),
+                  store.spare_row(context.layer, op.source_slot - first, t), store.row_bytes(context.layer, t));
+      staged(context, op.slot, t) = staged(context, op.source_slot, t);
     }
   }
 }
@@ -185,7 +214,7 @@ Status verify_reads(const AttemptContext& context) {
                                                op.source_slot, op.source_rank));
     for (int t = 0; t < tensors; ++t) {
       const uint64_t expected = context.published.sums[op.source_rank][found->second * size_t(tensors) + size_t(t)];
-      const uint8_t* row = store.staging_row(layer, op.slot - first, t);
+      const uint8_t* row = landing_row(context, op.slot - first, t);
       const uint64_t got = bytes::checksum(std::span<const uint8_t>(row, store.row_bytes(layer, t)));
       staged(context, op.slot, t) = expected;
       if (got != expected && ++mismatch_count <= 4)
@@ -216,12 +245,14 @@ Status run_attempt(const AttemptContext& context) {
   context.report->seconds_transfer += phase.seconds();
   phase.reset();
   Status verified = verify_reads(context);
+  if (verified && context.swap) copy_after_reads(context);
   context.report->seconds_verify += phase.seconds();
   return verified;
 }
 
-void commit_layer(ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
+void commit_layer(bool swap, ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
                   const std::vector<std::optional<uint64_t>>& staged_sums) {
+  if (swap) return store.swap_layer(layer, staged_sums);
   const int first = store.first_slot();
   const int tensors = int(store.layout().layers[layer].size());
   const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
@@ -239,25 +270,32 @@ void commit_layer(ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
   }
 }
 
-std::string encode_sums(const std::vector<uint64_t>& sums) {
+std::string encode_sums(const std::vector<uint64_t>& sums, int live_buffer) {
   bytes::Writer writer;
   writer.raw(kSumMagic);
+  writer.u32(uint32_t(live_buffer));
   writer.u64(sums.size());
   for (uint64_t sum : sums) writer.u64(sum);
   return writer.take();
 }
 
-Result<std::vector<uint64_t>> decode_sums(std::string_view message, size_t expected_count, int rank, int layer) {
+Result<std::pair<std::vector<uint64_t>, int>> decode_sums(std::string_view message, size_t expected_count, int rank,
+                                                          int layer, bool has_spare) {
   bytes::Reader reader(message);
-  const bool ok = reader.expect(kSumMagic) && reader.u64() == expected_count && reader.ok() &&
+  const bool magic = reader.expect(kSumMagic);
+  const uint32_t live = reader.u32();
+  const bool ok = magic && reader.u64() == expected_count && reader.ok() &&
                   reader.remaining() == expected_count * sizeof(uint64_t);
   if (!ok)
     return error(Code::Mismatch, fmt::format("layer {}: checksum message from rank {} ({} bytes) does not hold the "
                                              "expected {} checksums",
                                              layer, rank, message.size(), expected_count));
+  if (live > 1 || (live == 1 && !has_spare))
+    return error(Code::Mismatch, fmt::format("layer {}: rank {} says its buffer {} is live, but its memory map has {}",
+                                             layer, rank, live, has_spare ? "two buffers" : "no spare buffer"));
   std::vector<uint64_t> sums(expected_count);
   for (auto& sum : sums) sum = reader.u64();
-  return sums;
+  return std::make_pair(std::move(sums), int(live));
 }
 
 }  // namespace eplb::migrate

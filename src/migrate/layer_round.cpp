@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/bytes.h"
 #include "migrator_state.h"
@@ -60,6 +61,7 @@ class LayerRun {
   StepGate* const gate_;  // async rounds only
   int64_t commit_step_ = -1;
   int abort_rank_ = -1;
+  bool swap_ = false;  // this rank commits this layer by swapping buffers
   LayerReport report_;
   double transfer_seconds_ = 0;
   double collective_seconds_ = 0;
@@ -118,7 +120,7 @@ PublishedSums LayerRun::publish_checksums(const LayerPlan& plan, Status* lost_st
   mine.reserve(plan.slots_read_from[me].size() * size_t(tensors));
   for (int slot : plan.slots_read_from[me])
     for (int t = 0; t < tensors; ++t) mine.push_back(store.known_checksum(layer_, slot - store.first_slot(), t));
-  const std::string message = encode_sums(mine);
+  const std::string message = encode_sums(mine, store.live_buffer(layer_));
   auto gathered = with_progress(*state_.agent, [&] {
     return state_.group->allgather(message, Deadline::after_seconds(collective_seconds_));
   });
@@ -131,11 +133,13 @@ PublishedSums LayerRun::publish_checksums(const LayerPlan& plan, Status* lost_st
   const int ranks = state_.topology.num_ranks;
   published.sums.resize(size_t(ranks));
   published.index.resize(size_t(ranks));
+  published.live.assign(size_t(ranks), 0);
   for (int r = 0; r < ranks; ++r) {
     const auto& slots = plan.slots_read_from[r];
     for (size_t i = 0; i < slots.size(); ++i) published.index[r][slots[i]] = i;
-    auto decoded = decode_sums(gathered.value()[r], slots.size() * size_t(tensors), r, layer_);
-    if (decoded) published.sums[r] = std::move(decoded).value();
+    auto decoded = decode_sums(gathered.value()[r], slots.size() * size_t(tensors), r, layer_,
+                               !state_.ranks[r].spare_tensors.empty());
+    if (decoded) std::tie(published.sums[r], published.live[r]) = std::move(decoded).value();
     else if (published.status.is_ok()) published.status = decoded.status();
   }
   return published;
@@ -168,7 +172,7 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
     outcome = error(Code::Aborted, fmt::format("rank {} asked to abort the async round", state_.me()));
   else if (outcome) {
     AttemptContext context{*state_.agent, *state_.store, state_.ranks, plan, published, state_.me(), layer_,
-                           Deadline::after_seconds(transfer_seconds_), &report_, &staged_sums_};
+                           Deadline::after_seconds(transfer_seconds_), swap_, &report_, &staged_sums_};
     outcome = run_attempt(context);
   }
   std::vector<std::string> reasons;
@@ -181,10 +185,11 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
                 fmt::format("voting on attempt {}", number + 1));
   if (*vote) {
     // Unanimous: every rank's reads of this layer have landed, so no peer
-    // reads these rows any more. Staging -> live, switch the mapping.
+    // reads these rows any more. Staging -> live (or spare <-> live), switch
+    // the mapping.
     Status switched = commit([&] {
       Stopwatch commit_clock;
-      commit_layer(*state_.store, plan.ranks[state_.me()], layer_, staged_sums_);
+      commit_layer(swap_, *state_.store, plan.ranks[state_.me()], layer_, staged_sums_);
       report_.seconds_commit += commit_clock.seconds();
       return current.set_layer(layer_, target, layer_);
     }, commit_step_);
@@ -211,6 +216,9 @@ Status LayerRun::run(Placement& current, const Placement& target) {
   const LayerPlan& plan = planned.value();
   record_plan(plan);
   set_deadlines(plan);
+  const auto& my_ops = plan.ranks[state_.me()].slots;
+  swap_ = options_.commit == CommitMode::Swap &&
+          std::any_of(my_ops.begin(), my_ops.end(), [](const SlotOp& op) { return op.action != SlotAction::Keep; });
   // Same experts in the same slots: only the replica order may differ.
   if (!report_.changed) return commit([&] { return current.set_layer(layer_, target, layer_); }, -1);
   Status lost_status;
@@ -239,6 +247,8 @@ RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Pla
     report.status = valid.with_context("migrate: the current placement");
   else if (Status valid_target = target.validate_against(state.topology); !valid_target)
     report.status = valid_target.with_context("migrate: the target placement");
+  else if (Status mode = check_commit_mode(options.commit, *state.store); !mode)
+    report.status = mode;
   std::vector<int> committed;
   for (int layer = 0; report.status.is_ok() && layer < state.topology.num_layers; ++layer) {
     Stopwatch layer_clock;

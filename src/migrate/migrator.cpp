@@ -11,7 +11,7 @@ namespace migrate {
 namespace {
 
 constexpr std::string_view kMapMagic = "EPLBMEMMAP";
-constexpr uint32_t kMapVersion = 1;
+constexpr uint32_t kMapVersion = 2;
 
 }  // namespace
 
@@ -24,15 +24,43 @@ std::string encode_map(const RankMap& map) {
   writer.blob(map.metadata);
   writer.blob(map.agent_name);
   writer.u32(map.first_slot);
-  writer.u32(uint32_t(map.tensors.size()));
-  for (const auto& layer : map.tensors) {
-    writer.u32(uint32_t(layer.size()));
-    for (auto [address, stride] : layer) {
-      writer.u64(address);
-      writer.u64(stride);
+  for (const auto* buffers : {&map.tensors, &map.spare_tensors}) {
+    writer.u32(uint32_t(buffers->size()));
+    for (const auto& layer : *buffers) {
+      writer.u32(uint32_t(layer.size()));
+      for (auto [address, stride] : layer) {
+        writer.u64(address);
+        writer.u64(stride);
+      }
     }
   }
   return writer.take();
+}
+
+namespace {
+
+// One buffer's [layer][tensor] -> (address, stride), checked.
+bool decode_buffer(bytes::Reader& reader, std::vector<std::vector<std::pair<uint64_t, uint64_t>>>& out) {
+  uint32_t layers = reader.u32();
+  if (!reader.ok() || layers > (1u << 16)) return false;
+  out.resize(layers);
+  for (auto& layer : out) {
+    uint32_t count = reader.u32();
+    if (!reader.ok() || count > 256) return false;
+    for (uint32_t t = 0; t < count; ++t) {
+      uint64_t address = reader.u64();
+      uint64_t stride = reader.u64();
+      layer.emplace_back(address, stride);
+    }
+    if (!reader.ok()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::pair<uint64_t, uint64_t> source_tensor(const RankMap& map, int live, int layer, int tensor) {
+  return live == 1 ? map.spare_tensors[layer][tensor] : map.tensors[layer][tensor];
 }
 
 Result<RankMap> decode_map(std::string_view message, int rank) {
@@ -51,21 +79,18 @@ Result<RankMap> decode_map(std::string_view message, int rank) {
   map.metadata = std::string(reader.blob(1 << 26));
   map.agent_name = std::string(reader.blob(256));
   map.first_slot = reader.u32();
-  uint32_t layers = reader.u32();
-  if (!reader.ok() || layers > (1u << 16)) return bad("truncated or too many layers");
-  map.tensors.resize(layers);
-  for (auto& layer : map.tensors) {
-    uint32_t count = reader.u32();
-    if (!reader.ok() || count > 256) return bad("truncated or too many tensors");
-    for (uint32_t t = 0; t < count; ++t) {
-      uint64_t address = reader.u64();
-      uint64_t stride = reader.u64();
-      layer.emplace_back(address, stride);
-    }
-    if (!reader.ok()) return bad("truncated");
-  }
+  if (!decode_buffer(reader, map.tensors)) return bad("truncated, or too many layers or tensors");
+  if (!decode_buffer(reader, map.spare_tensors)) return bad("spare buffers truncated, or too many layers or tensors");
   if (!reader.at_end()) return bad("trailing bytes");
   return map;
+}
+
+Status check_commit_mode(CommitMode mode, const ExpertStore& store) {
+  if (mode != CommitMode::Swap || store.has_spare()) return Status::ok();
+  return error(Code::InvalidArgument,
+               "migrate: the swap commit needs owned memory with a spare buffer per layer "
+               "(ExpertStore::create_arena with spare_buffers); this store has none (adopted engine memory, whose "
+               "addresses the engine may have frozen, or an arena without spares): use the copy commit");
 }
 
 std::string join_ints(const std::vector<int>& values, size_t limit) {
@@ -101,10 +126,14 @@ Status set_up_locally(Migrator::State& state, RankMap& mine) {
   mine.metadata.assign(metadata->begin(), metadata->end());
   for (int l = 0; l < store.layout().num_layers(); ++l) {
     mine.tensors.emplace_back();
-    for (int t = 0; t < state.tensors(l); ++t)
-      mine.tensors.back().emplace_back(reinterpret_cast<uint64_t>(store.row(l, 0, t)), store.row_stride(l, t));
+    if (store.has_spare()) mine.spare_tensors.emplace_back();
+    for (int t = 0; t < state.tensors(l); ++t) {
+      auto address = [&](int buffer) { return reinterpret_cast<uint64_t>(store.buffer_row(l, buffer, 0, t)); };
+      mine.tensors.back().emplace_back(address(0), store.row_stride(l, t));
+      if (store.has_spare()) mine.spare_tensors.back().emplace_back(address(1), store.row_stride(l, t));
+    }
   }
-  return Status::ok();
+  return check_commit_mode(state.options->commit, store);
 }
 
 // A peer's memory map against the local layout.
@@ -116,8 +145,12 @@ Status check_map(const RankMap& map, int rank, const Topology& topology, const S
   if (map.tensors.size() != layout.layers.size())
     return error(Code::Mismatch, fmt::format("{} sent a memory map of {} layers, expected {}", who,
                                              map.tensors.size(), layout.layers.size()));
+  if (!map.spare_tensors.empty() && map.spare_tensors.size() != layout.layers.size())
+    return error(Code::Mismatch, fmt::format("{} sent spare buffers for {} layers, expected {}", who,
+                                             map.spare_tensors.size(), layout.layers.size()));
   for (size_t l = 0; l < map.tensors.size(); ++l)
-    if (map.tensors[l].size() != layout.layers[l].size())
+    if (map.tensors[l].size() != layout.layers[l].size() ||
+        (!map.spare_tensors.empty() && map.spare_tensors[l].size() != layout.layers[l].size()))
       return error(Code::Mismatch, fmt::format("{} sent a memory map of layer {} with {} tensors, expected {}", who,
                                                l, map.tensors[l].size(), layout.layers[l].size()));
   return Status::ok();
@@ -156,6 +189,8 @@ Status adopt_maps(Migrator::State& state, const std::vector<std::string>& gather
 }  // namespace
 }  // namespace migrate
 
+std::string_view commit_mode_name(CommitMode mode) { return mode == CommitMode::Swap ? "swap" : "copy"; }
+
 Migrator::~Migrator() {
   if (state_ && state_->agent)
     for (auto region : state_->regions) (void)state_->agent->deregister_memory(region);
@@ -180,6 +215,7 @@ Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, xfer::Ag
   state.agent = &agent;
   state.store = &store;
   state.topology = topology;
+  state.options = &migrator->options_;
   // A local failure is still sent to the others so that every rank stops
   // with the same explanation.
   migrate::RankMap mine;

@@ -25,13 +25,16 @@ struct RankMap {
   std::string metadata;  // xfer agent metadata
   std::string agent_name;
   uint32_t first_slot = 0;
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> tensors;  // [layer][tensor] -> (address, stride)
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> tensors;  // [layer][tensor] -> (address, stride) of buffer 0
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> spare_tensors;  // the same of buffer 1 (none without spares)
   std::string setup_error;  // non-empty: this rank failed locally before the exchange
 };
 std::string encode_map(const RankMap& map);
 Result<RankMap> decode_map(std::string_view message, int rank);
 
 // "3,7,12,... (40 in all)"
+// InvalidArgument for the swap commit on a store without spare buffers.
+Status check_commit_mode(CommitMode mode, const ExpertStore& store);
 std::string join_ints(const std::vector<int>& values, size_t limit = 12);
 
 // Runs a collective on a helper thread while this thread keeps driving the
@@ -50,14 +53,21 @@ auto with_progress(xfer::Agent& agent, Collective&& collective) {
   return pending.get();
 }
 
-// The checksums every source published for one layer.
+// The checksums every source published for one layer, and which of its
+// two buffers is live (always 0 without spare buffers).
 struct PublishedSums {
   std::vector<std::vector<uint64_t>> sums;        // [source rank][row], row = position * tensors + tensor
+  std::vector<int> live;                          // [source rank] 0 or 1
   std::vector<std::map<int, size_t>> index;       // [source rank] slot -> position in slots_read_from
   Status status;                                  // a malformed message, if any
 };
-std::string encode_sums(const std::vector<uint64_t>& sums);
-Result<std::vector<uint64_t>> decode_sums(std::string_view message, size_t expected_count, int rank, int layer);
+std::string encode_sums(const std::vector<uint64_t>& sums, int live_buffer);
+// The checksums and the live buffer a rank published; Mismatch when
+// malformed or when it names buffer 1 but `has_spare` is false.
+Result<std::pair<std::vector<uint64_t>, int>> decode_sums(std::string_view message, size_t expected_count, int rank,
+                                                          int layer, bool has_spare);
+// The address and stride of `rank`'s tensor in the buffer it published live.
+std::pair<uint64_t, uint64_t> source_tensor(const RankMap& map, int live, int layer, int tensor);
 
 // Everything one rank needs for one attempt of one layer, up to (not
 // including) the vote.
@@ -70,6 +80,9 @@ struct AttemptContext {
   int me;
   int layer;
   Deadline transfer_deadline;
+  // Swap commit on this rank for this layer: the new rows go to the spare
+  // buffer (READs, local copies and the rows that stay) instead of staging.
+  bool swap;
   LayerReport* report;
   // Out: XXH3 of every staged row, [local slot * tensors + tensor], where
   // known (verified reads, copies of rows with a known checksum).
@@ -79,8 +92,9 @@ struct AttemptContext {
 // the reason (also the rank's vote).
 Status run_attempt(const AttemptContext& context);
 // After a unanimous vote: every changed slot's live rows get their new
-// expert, and the store remembers their checksums.
-void commit_layer(ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
+// expert, and the store remembers their checksums (copy); or the spare
+// buffer becomes live (swap, the attempt's staged_sums cover every row).
+void commit_layer(bool swap, ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
                   const std::vector<std::optional<uint64_t>>& staged_sums);
 
 // Where the progress thread of an AsyncMigration meets the serving thread
@@ -94,7 +108,6 @@ class StepGate {
   // Records and returns the step the vote carries; the serving thread waits
   // for its result at most `vote_seconds` (+ a margin) past step + lead.
   int64_t vote_cast(double vote_seconds);
-  void vote_settled();  // the vote said no: nothing to commit
   int lead() const { return lead_; }
   // Hands over the commit of `layer` at `step` (-1: at the next step, no
   // agreement needed) and waits until the serving thread ran it.
@@ -129,9 +142,11 @@ class StepGate {
   bool done_ = false, abort_ = false, closed_ = false;
 };
 
-// A vote that also carries each rank's step and an abort request. Yes when
-// unanimous; *commit_step = max step + lead; *abort_rank = the first rank
-// that asked to abort (or -1).
+// A vote in two phases: yes/no, reason and abort request of every rank;
+// then, only when unanimous, every rank's current step (taken when the
+// first phase is over, so a serving thread never waits for a slower rank's
+// transfers): *commit_step = max step + lead. Yes when unanimous;
+// *abort_rank = the first rank that asked to abort (or -1).
 Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
                           double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
                           int* abort_rank);
@@ -152,6 +167,7 @@ struct Migrator::State {
   Topology topology;
   std::vector<xfer::RegionId> regions;
   std::vector<migrate::RankMap> ranks;  // indexed by rank
+  const MigrateOptions* options = nullptr;  // the Migrator's
 
   int me() const { return group->rank(); }
   int tensors(int layer) const { return int(store->layout().layers[layer].size()); }

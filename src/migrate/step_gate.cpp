@@ -1,6 +1,6 @@
 // step_gate.cpp - the meeting point of an AsyncMigration's progress thread
-// and the serving thread (StepGate), and the vote that carries each rank's
-// serving step (stepped_vote).
+// and the serving thread (StepGate), and the two-phase vote whose second
+// phase carries each rank's serving step (stepped_vote).
 #include <fmt/format.h>
 
 #include "common/bytes.h"
@@ -10,7 +10,8 @@ namespace eplb::migrate {
 namespace {
 
 constexpr std::string_view kVoteMagic = "EPLBSTEPVOTE";
-constexpr uint32_t kVoteVersion = 1;
+constexpr uint32_t kVoteVersion = 2;
+constexpr std::string_view kStepMagic = "EPLBCOMMITSTEP";
 constexpr double kWaitMargin = 5.0;  // seconds the serving thread waits past the vote's deadline
 
 }  // namespace
@@ -20,12 +21,6 @@ int64_t StepGate::vote_cast(double vote_seconds) {
   cast_step_ = std::max<int64_t>(step_, 0);
   vote_seconds_ = vote_seconds;
   return *cast_step_;
-}
-
-void StepGate::vote_settled() {
-  std::lock_guard lock(mutex_);
-  cast_step_.reset();
-  changed_.notify_all();
 }
 
 Status StepGate::commit_at(int layer, int64_t step, std::function<Status()> commit, Deadline deadline) {
@@ -126,38 +121,65 @@ Result<std::vector<int>> StepGate::commit_ready(int64_t step, int max_layers) {
   return run_pending(step);
 }
 
-Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
-                          double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
-                          int* abort_rank) {
+namespace {
+
+// Phase 1: yes/no, abort request and reason of every rank.
+Result<bool> gather_votes(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
+                          double vote_seconds, std::vector<std::string>* reasons, int* abort_rank) {
   bytes::Writer writer;
   writer.raw(kVoteMagic);
   writer.u32(kVoteVersion);
   writer.u32(yes ? 1 : 0);
   writer.u32(gate.abort_requested() ? 1 : 0);
-  writer.u64(uint64_t(gate.vote_cast(vote_seconds)));
   writer.blob(reason);
   auto gathered = group.allgather(writer.take(), Deadline::after_seconds(vote_seconds));
   if (!gathered) return gathered.status();
   bool all_yes = true;
-  int64_t latest = 0;
   *abort_rank = -1;
   reasons->assign(gathered->size(), "");
   for (size_t r = 0; r < gathered->size(); ++r) {
     bytes::Reader reader((*gathered)[r]);
     const bool header = reader.expect(kVoteMagic) && reader.u32() == kVoteVersion;
     const uint32_t their_yes = reader.u32(), their_abort = reader.u32();
-    const uint64_t their_step = reader.u64();
     (*reasons)[r] = std::string(reader.blob(1 << 20));
-    if (!header || !reader.at_end() || their_yes > 1 || their_abort > 1 || their_step > (uint64_t(1) << 62))
+    if (!header || !reader.at_end() || their_yes > 1 || their_abort > 1)
       return error(Code::Mismatch, fmt::format("rank {} sent a malformed stepped vote ({} bytes)", r,
                                                (*gathered)[r].size()));
     all_yes = all_yes && their_yes == 1;
-    latest = std::max(latest, int64_t(their_step));
     if (their_abort && *abort_rank < 0) *abort_rank = int(r);
   }
-  *commit_step = latest + gate.lead();
-  if (!all_yes || *abort_rank >= 0) gate.vote_settled();
   return all_yes && *abort_rank < 0;
+}
+
+// Phase 2 (after a unanimous yes): every rank's current step; C = max + D.
+Result<int64_t> agree_on_step(ProcessGroup& group, StepGate& gate, double vote_seconds) {
+  bytes::Writer writer;
+  writer.raw(kStepMagic);
+  writer.u64(uint64_t(gate.vote_cast(vote_seconds)));
+  auto gathered = group.allgather(writer.take(), Deadline::after_seconds(vote_seconds));
+  if (!gathered) return gathered.status();
+  int64_t latest = 0;
+  for (size_t r = 0; r < gathered->size(); ++r) {
+    bytes::Reader reader((*gathered)[r]);
+    const bool header = reader.expect(kStepMagic);
+    const uint64_t their_step = reader.u64();
+    if (!header || !reader.at_end() || their_step > (uint64_t(1) << 62))
+      return error(Code::Mismatch, fmt::format("rank {} sent a malformed commit step message ({} bytes)", r,
+                                               (*gathered)[r].size()));
+    latest = std::max(latest, int64_t(their_step));
+  }
+  return latest + gate.lead();
+}
+
+}  // namespace
+
+Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
+                          double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
+                          int* abort_rank) {
+  EPLB_ASSIGN_OR_RETURN(bool unanimous, gather_votes(group, gate, yes, reason, vote_seconds, reasons, abort_rank));
+  if (!unanimous) return false;
+  EPLB_ASSIGN_OR_RETURN(*commit_step, agree_on_step(group, gate, vote_seconds));
+  return true;
 }
 
 }  // namespace eplb::migrate

@@ -24,9 +24,10 @@ Result<uint8_t*> map_bytes(uint64_t bytes, const char* what) {
   return static_cast<uint8_t*>(memory);
 }
 
-// The staging area is rewritten for every layer of every round: back it
-// with transparent huge pages where the kernel allows (fewer TLB misses)
-// and fault it in now rather than during the first layer's transfers.
+// The staging area (and the spare buffers) are rewritten for every layer of
+// every round: back them with transparent huge pages where the kernel
+// allows (fewer TLB misses) and fault them in now rather than during the
+// first layer's transfers.
 // Best effort: either call may be refused (old kernel, THP disabled).
 void prepare_staging(uint8_t* memory, uint64_t bytes) {
 #ifndef MADV_POPULATE_WRITE
@@ -53,7 +54,7 @@ static Status check_first_slot(const StoreLayout& layout, int first_slot) {
 }
 
 Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout& layout, int first_slot,
-                                                              xfer::Agent* agent) {
+                                                              xfer::Agent* agent, bool spare_buffers) {
   EPLB_TRY(layout.validate());
   EPLB_TRY(check_first_slot(layout, first_slot));
   std::unique_ptr<ExpertStore> store(new ExpertStore());
@@ -68,7 +69,9 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
       offsets[l].push_back(offset);
       offset = round_up(offset + tensor.bytes_per_expert * uint64_t(layout.slots_per_rank), kPage);
     }
-  store->arena_bytes_ = std::max<uint64_t>(offset, kPage);
+  const uint64_t buffer_bytes = std::max<uint64_t>(offset, kPage);
+  // With spares: buffer 1 of every layer lies buffer_bytes after buffer 0.
+  store->arena_bytes_ = spare_buffers ? 2 * buffer_bytes : buffer_bytes;
   if (agent) {
     auto allocated = agent->allocate_memory(store->arena_bytes_);
     if (allocated) {
@@ -82,10 +85,16 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
   if (!store->arena_) {
     EPLB_ASSIGN_OR_RETURN(store->arena_, map_bytes(store->arena_bytes_, "expert arena"));
   }
+  // The spares are first written during a round: fault them in now.
+  if (spare_buffers) prepare_staging(store->arena_ + buffer_bytes, buffer_bytes);
   store->memory_.resize(layout.layers.size());
+  if (spare_buffers) store->spare_.resize(layout.layers.size());
   for (size_t l = 0; l < layout.layers.size(); ++l)
-    for (size_t t = 0; t < layout.layers[l].size(); ++t)
-      store->memory_[l].push_back({store->arena_ + offsets[l][t], layout.layers[l][t].bytes_per_expert});
+    for (size_t t = 0; t < layout.layers[l].size(); ++t) {
+      const uint64_t stride = layout.layers[l][t].bytes_per_expert;
+      store->memory_[l].push_back({store->arena_ + offsets[l][t], stride});
+      if (spare_buffers) store->spare_[l].push_back({store->arena_ + buffer_bytes + offsets[l][t], stride});
+    }
   EPLB_TRY(store->finish_setup());
   return store;
 }
@@ -134,7 +143,24 @@ Status ExpertStore::finish_setup() {
   EPLB_ASSIGN_OR_RETURN(staging_, map_bytes(staging_bytes_, "staging area"));
   prepare_staging(staging_, staging_bytes_);
   for (int l = 0; l < layout_.num_layers(); ++l) reset_checksums(l);
+  live_.assign(layout_.layers.size(), 0);
   return Status::ok();
+}
+
+uint8_t* ExpertStore::buffer_row(int layer, int buffer, int local_slot, int tensor) const {
+  const TensorMemory& memory = buffer == live_[layer] ? memory_[layer][tensor] : spare_[layer][tensor];
+  return memory.address + uint64_t(local_slot) * memory.row_stride;
+}
+
+uint8_t* ExpertStore::spare_row(int layer, int local_slot, int tensor) const {
+  const TensorMemory& memory = spare_[layer][tensor];
+  return memory.address + uint64_t(local_slot) * memory.row_stride;
+}
+
+void ExpertStore::swap_layer(int layer, std::vector<std::optional<uint64_t>> sums) {
+  std::swap(memory_[layer], spare_[layer]);
+  live_[layer] ^= 1;
+  checksums_[layer] = std::move(sums);
 }
 
 uint8_t* ExpertStore::row(int layer, int local_slot, int tensor) const {

@@ -48,6 +48,25 @@ TEST(MemoryAdmission, RefusesArenasBeyondTheFreeSharedMemoryOnlyOverUcx) {
   EXPECT_TRUE(admit_memory(per_rank, 4, false, machine).is_ok());  // threads: private memory
 }
 
+// --commit swap doubles the arena (a spare buffer per layer): counted in
+// memory and in /dev/shm, and named in the refusal.
+TEST(MemoryAdmission, SwapSpareBuffersAreCounted) {
+  StoreLayout layout = StoreLayout::uniform(2, 3, {{"w", 1000}, {"s", 10}});
+  EXPECT_EQ(rank_memory(layout).spare_bytes, 0u);
+  EXPECT_EQ(rank_memory(layout, true).spare_bytes, 4u * 4096);
+  RankMemory per_rank{1 * kGiB, 256 * kMiB, 1 * kGiB};
+  MachineMemory machine{8 * kGiB, 100 * kGiB, "test"};
+  EXPECT_TRUE(admit_memory(per_rank, 3, true, machine).is_ok());  // 3 x 2.3 GiB = 6.9 GiB <= 7.2 GiB
+  Status refused = admit_memory(per_rank, 4, true, machine);      // 9.25 GiB: refused (copy would fit)
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.to_string().find("1 GiB arena + 1 GiB spare buffers (--commit swap)"), std::string::npos)
+      << refused.to_string();
+  MachineMemory small_shm{64 * kGiB, 7 * kGiB, "test"};
+  Status shm = admit_memory(per_rank, 4, true, small_shm);  // 4 x 2 GiB of arena with spares > 7 GiB
+  ASSERT_FALSE(shm.is_ok());
+  EXPECT_NE(shm.to_string().find("8 GiB = 4 rank(s) x 2 GiB arena with spares"), std::string::npos) << shm.to_string();
+}
+
 TEST(MemoryAdmission, UnknownMemoryIsNotARefusal) {
   EXPECT_TRUE(admit_memory({kGiB, kGiB}, 4, true, MachineMemory{}).is_ok());
 }
@@ -87,6 +106,12 @@ TEST(MemoryAdmissionCli, SixtyFourGibibyteExpertsAreRefusedWithinASecond) {
       "EPLB_TEST_MEMAVAILABLE=1GiB", 30);
   EXPECT_EQ(threads.exit_code, 2) << threads.output;
   EXPECT_NE(threads.output.find("4 rank(s) x (9"), std::string::npos) << threads.output;
+  // --commit swap: the same experts need the spare buffers too.
+  auto swap = testing_support::run_bounded(
+      std::string(EPLB_BINARY_DIR) + "/eplb run --async --commit swap --bytes-per-expert 1GiB",
+      "EPLB_TEST_MEMAVAILABLE=1TiB", 30);  // copy would fit: 4 x 162 GiB
+  EXPECT_EQ(swap.exit_code, 2) << swap.output;
+  EXPECT_NE(swap.output.find("spare buffers (--commit swap)"), std::string::npos) << swap.output;
 }
 
 }  // namespace

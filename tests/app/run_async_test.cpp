@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "../support/cli_support.h"
 
@@ -51,14 +52,15 @@ void expect_timeline(const nlohmann::json& round) {
   }
 }
 
-class AsyncRunOverUcx : public ::testing::TestWithParam<int> {};
+// (ranks, commit mode)
+class AsyncRunOverUcx : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(AsyncRunOverUcx, ServesInLockstepWithNoInconsistentRead) {
-  const int ranks = GetParam();
-  const std::string json_path = temp_path(std::to_string(ranks) + ".json");
+  const auto [ranks, commit] = GetParam();
+  const std::string json_path = temp_path(std::to_string(ranks) + commit + ".json");
   Outcome outcome = eplb::testing_support::run_bounded(
-      kBinary + " run --async --step-ms 1 --serve-share 0.5 --ranks " + std::to_string(ranks) + " --nodes 2" + kSmall +
-          " --json " + json_path,
+      kBinary + " run --async --commit " + commit + " --step-ms 1 --serve-share 0.5 --ranks " + std::to_string(ranks) +
+          " --nodes 2" + kSmall + " --json " + json_path,
       "", 90);
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_NE(outcome.output.find("verified byte for byte against the mapping"), std::string::npos) << outcome.output;
@@ -67,6 +69,16 @@ TEST_P(AsyncRunOverUcx, ServesInLockstepWithNoInconsistentRead) {
   auto json = nlohmann::json::parse(file, nullptr, false);
   ASSERT_FALSE(json.is_discarded()) << outcome.output;
   EXPECT_EQ(json["all_verified"], true);
+  EXPECT_EQ(json["serving_options"]["commit"], commit);
+  // With swap, a second copy of the 3 layers x 24/ranks slots x 64 KiB (tensor blocks page aligned).
+  const uint64_t spare = json["serving_options"]["spare_bytes"].get<uint64_t>(), live = 3u * (24 / ranks) * 65536;
+  if (commit == "swap") {
+    EXPECT_GE(spare, live);
+    EXPECT_LE(spare, live + 3 * 3 * 4096);
+  } else {
+    EXPECT_EQ(spare, 0u);
+  }
+  EXPECT_NE(outcome.output.find(commit + " commits"), std::string::npos) << outcome.output;
   expect_stats(json["serving_idle"]);
   ASSERT_EQ(json["rounds"].size(), 2u);
   for (const auto& round : json["rounds"]) {
@@ -77,14 +89,15 @@ TEST_P(AsyncRunOverUcx, ServesInLockstepWithNoInconsistentRead) {
   std::remove(json_path.c_str());
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, AsyncRunOverUcx, ::testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(RanksAndCommits, AsyncRunOverUcx,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values("copy", "swap")));
 
 TEST(AsyncRunOptions, BadCombinationsAreRefusedWithTheReason) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--commit copy", "--commit needs --async"},
       {"--step-ms 2", "--step-ms needs --async"},
       {"--serve-share 0.5", "--serve-share needs --async"},
-      {"--async --commit swap", "--commit swap is not implemented yet"},
+      {"--commit swap", "--commit needs --async"},
       {"--async --commit mirror", "--commit must be copy or swap, got 'mirror'"},
       {"--async --serve-share 0", "--serve-share must be in (0, 1]"},
       {"--async --step-ms -1", "--step-ms must be in [0, 10000]"},

@@ -73,7 +73,8 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
       config.backend = "loopback";
       config.fault_spec = fault_spec;
       auto agent = xfer::Agent::create(config);
-      auto store = ExpertStore::create_arena(layout, r * topology.slots_per_rank());
+      auto store = ExpertStore::create_arena(layout, r * topology.slots_per_rank(), nullptr,
+                                             options.commit == CommitMode::Swap);
       if (!agent || !store) {
         result.setup = !agent ? agent.status() : store.status();
         return;
@@ -172,6 +173,31 @@ TEST(Executor, LocalCopiesFromKeptChangingAndJustReadSlots) {
   EXPECT_TRUE(layer.committed);
   EXPECT_EQ(layer.bytes_intra_node, 3040u);      // one READ (expert 3 to rank 1)
   EXPECT_EQ(layer.bytes_local, 5u * 3040u);      // slots 1, 2, 3, 6, 7
+}
+
+// The sync path with the swap commit: every kind of local copy lands in the
+// spare buffer, rounds flip the buffers back and forth, checksums follow.
+TEST(Executor, SwapCommitMovesByteForByteOverRounds) {
+  Topology topology{1, 5, 8, 1, 1, 2};
+  auto first = Placement::from_phy2log(1, 5, 8, {0, 1, 2, 3, 4, 0, 1, 2});
+  auto second = Placement::from_phy2log(1, 5, 8, {0, 0, 3, 2, 4, 3, 3, 1});
+  ASSERT_TRUE(first && second);
+  MigrateOptions options;
+  options.commit = CommitMode::Swap;
+  auto results = run_rounds(topology, {{"a", 3000}, {"b", 40}}, {*first, *second, *first, *second}, "", options);
+  expect_consistent(results);
+  EXPECT_TRUE(same_mapping(results[0].final_placement, *second));
+  for (const auto& result : results) {
+    ASSERT_EQ(result.rounds.size(), 4u);
+    for (const auto& round : result.rounds) EXPECT_TRUE(round.status) << round.status.to_string();
+  }
+  Topology wide{4, 16, 24, 4, 2, 4};
+  std::mt19937_64 rng(7);
+  std::vector<Placement> targets;
+  for (int round = 0; round < 3; ++round) targets.push_back(random_placement(wide, rng));
+  auto wide_results = run_rounds(wide, testing::three_tensors(16 << 10), targets, "corrupt=0.1,seed=5", options);
+  expect_consistent(wide_results);
+  EXPECT_TRUE(same_mapping(wide_results[0].final_placement, targets.back()));
 }
 
 TEST(Executor, NoChangeMovesNothing) {

@@ -92,7 +92,11 @@ Result<DescriptorListId> Agent::Impl::prepare_remote(const std::string& peer_nam
     EPLB_TRY(check_shape(name_, "remote", i, descriptor));
     const RemoteRegionState* match = nullptr;
     const RemoteRegionState* other_device = nullptr;
-    for (const auto& [id, region] : peer.regions) {
+    // Newest registration first: a peer that freed memory and registered
+    // new memory at the same addresses (metadata loaded again) is read
+    // through the new key; an older key may map memory it no longer uses.
+    for (auto newest = peer.regions.rbegin(); newest != peer.regions.rend(); ++newest) {
+      const RemoteRegionState& region = newest->second;
       if (!contains(region.metadata.address, region.metadata.length, descriptor)) continue;
       if (region.metadata.device_id != descriptor.device_id) {
         other_device = &region;

@@ -143,6 +143,42 @@ TEST(UcxMappedMemory, CopiedDirectlyOrThroughUcxTheBytesAreTheSame) {
   }
 }
 
+// The owner frees a region and allocates another (the kernel often hands
+// back the same addresses); after loading its metadata again, a READ gets
+// the new memory's bytes, never the freed segment's that the older key maps.
+TEST(UcxMappedMemory, ReadAfterThePeerReallocatedGetsTheNewBytes) {
+  AgentConfig config;
+  config.name = "owner";
+  auto owner = Agent::create(config);
+  config.name = "reader";
+  auto reader = Agent::create(config);
+  ASSERT_TRUE(owner && reader);
+  constexpr size_t kBytes = 1 << 20;
+  auto first = (*owner)->allocate_memory(kBytes);
+  auto local = (*reader)->allocate_memory(kBytes);
+  ASSERT_TRUE(first && local);
+  fill_pattern(static_cast<uint8_t*>(first->address), kBytes, 1);
+  ASSERT_TRUE((*reader)->load_metadata(*(*owner)->export_metadata()));
+  ASSERT_TRUE((*owner)->load_metadata(*(*reader)->export_metadata()));
+  ASSERT_TRUE((*owner)->deregister_memory(first->id));
+  auto second = (*owner)->allocate_memory(kBytes);
+  ASSERT_TRUE(second);
+  auto* remote = static_cast<uint8_t*>(second->address);
+  fill_pattern(remote, kBytes, 2);
+  ASSERT_TRUE((*reader)->load_metadata(*(*owner)->export_metadata()));
+  std::printf("[ info     ] reallocated at the same address: %s\n", second->address == first->address ? "yes" : "no");
+  Descriptor to = descriptor_of(local->address, kBytes), from = descriptor_of(remote, kBytes);
+  auto local_list = (*reader)->prepare_local({&to, 1});
+  auto remote_list = (*reader)->prepare_remote("owner", {&from, 1});
+  ASSERT_TRUE(local_list && remote_list);
+  auto request = (*reader)->make_request(Operation::Read, *local_list, {}, *remote_list, {});
+  ASSERT_TRUE(request && (*reader)->post(*request));
+  const RequestId id = *request;
+  ASSERT_TRUE(wait_driving(**reader, **owner, {&id, 1}, Deadline::after_seconds(10)));
+  EXPECT_EQ(std::memcmp(local->address, remote, kBytes), 0);
+  ASSERT_TRUE((*reader)->release(*request));
+}
+
 TEST(UcxAllocateMemory, AllocatedRegionsTransferAndFree) {
   long lazy = -1, eager = -1;
   allocated_regions_transfer_and_free(false, &lazy);

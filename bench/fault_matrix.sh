@@ -11,7 +11,8 @@
 #   durations, 13a-13c what listens, 14a-14b reports, 15a-15c one validation
 #   and Ctrl-C, 16 a long run, 17 memory admission, 18 a killed rank with
 #   posix shared memory only, 19 a forged hello, 20a-20b a killed launcher
-#   and the next launch's sweep (default: all).
+#   and the next launch's sweep, and the rows of issue 15: 21a-21e errors,
+#   stalls, corruption, a killed and a stopped rank under --async (default: all).
 # Every case runs with its own TMPDIR; the `left` column lists what the run
 # left there and the new entries of /dev/shm (a row fails unless "nothing").
 # Exit status: 0 when every row meets the requirement of issue 6 (no hang,
@@ -237,6 +238,19 @@ run_case 6 "rank 2 SIGKILL mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:KILL" \
   "${base[@]}" $(shape 4 2) --retries 3 --timeout 2
 run_case 7 "rank 2 SIGSTOP mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:STOP" \
   "${base[@]}" $(shape 4 2) --retries 3 --timeout 2
+# Issue 15: the same faults while the ranks serve (--async, 1 ms steps): the
+# migration runs on a progress thread and commits at agreed serving steps.
+async=(--async --step-ms 1)
+run_case 21a "--async, errors 1% (err=0.01)" complete 60 "" \
+  "${base[@]}" "${async[@]}" $(shape 16 4) --retries 5 --timeout 2 --inject err=0.01,seed=1
+run_case 21b "--async, stalls 0.5% (stall=0.005)" complete 60 "" \
+  "${base[@]}" "${async[@]}" $(shape 16 4) --retries 5 --timeout 1 --inject stall=0.005,seed=2
+run_case 21c "--async, corruption 1% (corrupt=0.01)" complete 60 "" \
+  "${base[@]}" "${async[@]}" $(shape 16 4) --retries 5 --timeout 2 --inject corrupt=0.01,seed=3
+run_case 21d "--async, rank 2 SIGKILL mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:KILL" \
+  "${base[@]}" "${async[@]}" $(shape 4 2) --retries 3 --timeout 2
+run_case 21e "--async, rank 2 SIGSTOP mid layer 1" abort 30 "EPLB_TEST_SIGNAL=2:1:STOP" \
+  "${base[@]}" "${async[@]}" $(shape 4 2) --retries 3 --timeout 1
 if command -v mpirun >/dev/null; then
   common=("$eplb" run --bootstrap mpi --nodes 2 --experts 16 --replicas 24 --rounds 2 --window 10)
   run_case 8a "layouts differ: bytes per expert" refuse 60 "" \

@@ -148,8 +148,7 @@ Result<bool> run_round(ProcessGroup& group, const RunOptions& options, RunInputs
   if (options.serving.async) {
     ServedRound served = serve_async_round(*setup.migrator, *options.serving_group, *setup.reader, current, *target,
                                            options);
-    round.report = std::move(served.report);
-    if (round.report.status && !served.serving_status) round.report.status = served.serving_status;
+    round.report = std::move(served.report);  // its status includes the serving loop's failure
     round.served = true;
     round.serving = served.stats;
     round.timeline = std::move(served.timeline);

@@ -22,11 +22,30 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-// How long a rank waits for the others at a step: longer than any wait of
-// a rank inside commit_ready (the vote's deadline + the gate's margin).
-double serving_wait_seconds(const RunOptions& options) {
-  return std::max(30.0, options.migrate.timeout_seconds) + 20.0;
+// What a serving step may wait past the layer's transfer deadline: the
+// checksums and the vote of a healthy group (see serving_wait_seconds).
+constexpr double kServingWaitMargin = 5.0;
+
+// A layer's transfer deadline: --timeout, or (automatic) the migration's own
+// rule, 5 s + 1 s per 256 MiB, for the most a rank can read in one layer
+// (all its slots).
+double transfer_deadline_seconds(const RunOptions& options, const ExpertStore& store) {
+  if (options.migrate.timeout_seconds > 0) return options.migrate.timeout_seconds;
+  uint64_t largest = 0;
+  for (int l = 0; l < store.layout().num_layers(); ++l) largest = std::max(largest, store.layout().layer_bytes(l));
+  return 5.0 + double(largest) / double(256ull << 20);
 }
+
+}  // namespace
+
+// A healthy rank is held inside commit_ready at most while a vote waits for
+// the slowest rank's transfers (the transfer deadline) and checksums; a
+// rank that keeps the others waiting longer at a step is lost or stopped.
+double serving_wait_seconds(const RunOptions& options, const ExpertStore& store) {
+  return transfer_deadline_seconds(options, store) + kServingWaitMargin;
+}
+
+namespace {
 
 // The step times of a loop, and its stats once finished.
 struct StepRecorder {
@@ -61,7 +80,8 @@ Result<bool> finish_step(ProcessGroup& serving, ServingReader& reader, int64_t s
                          ServingStats& stats) {
   reader.read_step(step, mapping, stats);
   std::this_thread::sleep_until(step_start + std::chrono::duration<double, std::milli>(options.serving.step_ms));
-  auto gathered = serving.allgather(done_here ? "1" : "0", Deadline::after_seconds(serving_wait_seconds(options)));
+  auto gathered =
+      serving.allgather(done_here ? "1" : "0", Deadline::after_seconds(serving_wait_seconds(options, reader.store())));
   if (!gathered) return gathered.status().with_context(fmt::format("serving step {}", step));
   bool all_done = true;
   for (size_t r = 0; r < gathered->size(); ++r) {
@@ -87,16 +107,31 @@ bool eplb_calls(AsyncMigration& async, int64_t step, StepRecorder& recorder, dou
 }
 
 // The serving group failed: ask the round to stop and keep committing what
-// every rank already agreed on, step by step, until the round is done.
-void drain(AsyncMigration& async, int64_t step, StepRecorder& recorder, const RunOptions& options) {
+// every rank already agreed on, step by step, until the round is done. The
+// progress thread needs at most a layer's transfers and a vote (the
+// transfer deadline + 10 s, the collective deadline) to see the abort.
+void drain(AsyncMigration& async, int64_t step, StepRecorder& recorder, const ServingReader& reader,
+           const RunOptions& options) {
   async.abort();
-  const Deadline deadline = Deadline::after_seconds(2 * serving_wait_seconds(options));
+  const double transfer = transfer_deadline_seconds(options, reader.store());
+  const Deadline deadline = Deadline::after_seconds(2 * transfer + 10.0 + kServingWaitMargin);
   while (!async.done() && !deadline.expired()) {
     double stall = 0;
     const auto start = Clock::now();
     eplb_calls(async, ++step, recorder, &stall);
     std::this_thread::sleep_until(start + std::chrono::duration<double, std::milli>(std::max(1.0, options.serving.step_ms)));
   }
+}
+
+// The round's status: the migration's, which names the layer and the rank
+// (the sync path's message); the serving loop's when only it failed; when
+// this rank's serving loop failed and the round was aborted, both (an abort
+// alone would not say why).
+Status round_status(const Status& migration, const Status& serving) {
+  if (serving.is_ok()) return migration;
+  if (migration.is_ok()) return serving;
+  if (migration.code() != Code::Aborted) return migration;
+  return Status(Code::Aborted, migration.message() + "; this rank's serving loop: " + serving.to_string());
 }
 
 }  // namespace
@@ -195,10 +230,11 @@ ServedRound serve_async_round(Migrator& migrator, ProcessGroup& serving, Serving
     if (!all_done) served.serving_status = all_done.status();
     if (!all_done || *all_done) break;
   }
-  if (!served.serving_status.is_ok()) drain(async, step, recorder, options);
+  if (!served.serving_status.is_ok()) drain(async, step, recorder, reader, options);
   served.report = async.report();
   if (!async.done())
     served.report.status = error(Code::Timeout, "the async migration did not finish after the serving group failed");
+  served.report.status = round_status(served.report.status, served.serving_status);
   recorder.finish();
   served.stats = recorder.stats;
   served.timeline = std::move(recorder.timeline);

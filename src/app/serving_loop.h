@@ -25,6 +25,7 @@ class ServingReader {
   void expect(const Placement& placement);
   // Reads the step's share of slots in every layer; counts mismatches.
   void read_step(int64_t step, const Placement& mapping, ServingStats& stats);
+  const ExpertStore& store() const { return store_; }
 
  private:
   uint64_t expected(int layer, int expert, int tensor);
@@ -34,6 +35,11 @@ class ServingReader {
   std::vector<uint8_t> scratch_;
 };
 
+// How long a serving step waits for the other ranks before the serving
+// group counts as failed: the layer's transfer deadline (--timeout, or the
+// automatic one for this store) + 5 s.
+double serving_wait_seconds(const RunOptions& options, const ExpertStore& store);
+
 // Steps without migration (serving_idle).
 Result<ServingStats> serve_idle(ProcessGroup& serving, ServingReader& reader, const Placement& current,
                                 const RunOptions& options);
@@ -42,7 +48,7 @@ struct ServedRound {
   RoundReport report;
   ServingStats stats;
   ServingTimeline timeline;
-  Status serving_status;  // the serving group failed (a rank lost or stuck)
+  Status serving_status;  // the serving group failed (a rank lost or stuck); also in report.status
 };
 // One round migrated in the background while this rank serves; returns once
 // every rank's migration is done (or the serving group failed).

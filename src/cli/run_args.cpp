@@ -152,7 +152,9 @@ void add_serving_options(CLI::App& run, RunArgs& args) {
                "per-step barrier on a group of its own stands in for all-to-all); a step commits the layers agreed\n"
                "for it, reads its share of slots and checks each holds the expert the mapping in force names\n"
                "(a mismatch is an inconsistent read and fails the round's verification). The report gains\n"
-               "per-round serving statistics and timeline, and serving_idle (the same steps without migration)");
+               "per-round serving statistics and timeline, and serving_idle (the same steps without migration).\n"
+               "A step waits for the other ranks at most the layer's transfer deadline (--timeout, or the\n"
+               "automatic one) + 5 s; a rank lost or stopped longer stops the round (layers committed stay new)");
   args.commit_option = run.add_option("--commit", args.commit,
                                       "with --async: how a layer commits at its agreed step: copy (staging rows are\n"
                                       "copied into the live rows in the serving thread; no extra memory) or swap (the\n"

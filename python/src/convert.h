@@ -76,6 +76,15 @@ struct Int64Part {
   std::vector<py::ssize_t> shape;
 };
 std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& parts);
+// The block itself, for results written straight in int64: `count` values
+// (uninitialized) and the capsule that owns them (the arrays' base).
+struct Int64Block {
+  int64_t* data;
+  py::capsule owner;
+};
+Int64Block int64_block(size_t count);
+// int32 -> int64, vectorized.
+void widen(const int32_t* __restrict source, size_t count, int64_t* __restrict out);
 py::array_t<int64_t> int64_array(std::span<const int32_t> values, const std::vector<py::ssize_t>& shape);
 
 }  // namespace eplb::python

@@ -91,8 +91,16 @@ py::tuple place_deepseek(LoadTrace&& trace, const Estimator& estimator, const To
 }
 
 // Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
-py::tuple place(const DoubleArray& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
-  LoadTrace trace = trace_from_array(weight, "weight");
+// The weight as a trace: C-order float32 converts straight into it, any
+// other array through a float64 array first.
+LoadTrace trace_of_weight(const py::array& weight) {
+  if (py::isinstance<Float32Array>(weight) && (weight.flags() & py::array::c_style))
+    return trace_from_array(weight.cast<Float32Array>(), "weight");
+  return trace_from_array(weight.cast<DoubleArray>(), "weight");
+}
+
+py::tuple place(const py::array& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
+  LoadTrace trace = trace_of_weight(weight);
   Topology topology{trace.num_layers, trace.num_experts, arguments.num_slots, arguments.num_groups,
                     arguments.num_nodes, arguments.num_ranks};
   throw_if_error(topology.validate());
@@ -129,7 +137,7 @@ void bind_policy(py::module_& module) {
   module.def("policy_names", &policy_names, "Names of the placement policies.");
   module.def(
       "place",
-      [](const DoubleArray& weight, int num_slots, int num_groups, int num_nodes, int num_ranks,
+      [](const py::array& weight, int num_slots, int num_groups, int num_nodes, int num_ranks,
          const std::string& policy, const std::optional<IndexArray>& current, int threads, double budget,
          bool anti_affinity, double min_gain, double move_threshold, const std::string& estimator) {
         PlaceArguments arguments{num_slots, num_groups, num_nodes, num_ranks, policy, estimator, {}};

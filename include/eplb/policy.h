@@ -9,6 +9,7 @@
 // the current placement.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,5 +43,20 @@ std::vector<std::string> policy_names();
 
 // DeepSeek's algorithm, directly (the `deepseek` policy).
 Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& topology, int threads = 1);
+
+// The same split in two, for a caller that keeps the results in its own
+// buffers and types (the Python binding writes int64 straight into numpy's):
+// deepseek_arrays computes phy2log, phyrank (the replica rank of each slot's
+// expert, [L][R]) and logcnt ([L][E]); write_log2phy then writes log2phy
+// ([L][E][max_replicas], -1 padded) into out, identical to
+// deepseek_placement's.
+struct DeepSeekArrays {
+  int num_layers = 0, num_experts = 0, num_slots = 0, max_replicas = 0;
+  std::vector<int32_t> phy2log, phyrank, logcnt;
+};
+Result<DeepSeekArrays> deepseek_arrays(const LoadMatrix& load, const Topology& topology, int threads = 1);
+// Defined for int32_t and int64_t; out holds L * E * max_replicas values.
+template <typename Index>
+void write_log2phy(const DeepSeekArrays& arrays, Index* out, int threads = 1);
 
 }  // namespace eplb

@@ -57,6 +57,17 @@ def loads(name: str, value) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float64)
 
 
+def policy_loads(name: str, value) -> np.ndarray:
+    """loads() for the policy call, except that float32 (torch's usual dtype) stays float32: the
+    binding widens it once, straight into its own buffer (no float64 copy here)."""
+    array = _numpy_of(name, value)
+    if array.dtype == np.float32:
+        return np.ascontiguousarray(array)
+    if array.dtype.kind not in "iuf":
+        raise Error(f"{name} must hold integers or floats, got dtype {array.dtype}")
+    return np.ascontiguousarray(array, dtype=np.float64)
+
+
 def indices(name: str, value) -> np.ndarray:
     """An index array (phy2log) as a C-contiguous int64 array (ranges are checked in C++)."""
     array = _numpy_of(name, value)

@@ -65,7 +65,7 @@ def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus, *, 
 def _place(weight, num_replicas, num_groups, num_nodes, num_gpus, *, policy, current, threads, budget,
            anti_affinity, min_gain, estimator, move_threshold):
     """rebalance_experts as numpy arrays, plus the C++ policy's own time in seconds (for benchmarks)."""
-    load = _arrays.loads("weight", weight)
+    load = _arrays.policy_loads("weight", weight)
     replicas = _arrays.count("num_replicas", num_replicas)
     groups = _arrays.count("num_groups", num_groups)
     nodes = _arrays.count("num_nodes", num_nodes)

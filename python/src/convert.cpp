@@ -69,9 +69,9 @@ bool all_loads_valid(const double* values, size_t count) {
   return valid;
 }
 
-}  // namespace
-
-LoadTrace trace_from_array(const DoubleArray& array, const char* name) {
+// Values of any float type converted once, straight into the trace.
+template <typename Array>
+LoadTrace trace_of_array(const Array& array, const char* name) {
   if (array.ndim() != 2 && array.ndim() != 3)
     throw_invalid(std::string(name) + " must be [layers][experts] or [window][layers][experts], got shape " +
                   shape_text(array));
@@ -81,9 +81,9 @@ LoadTrace trace_from_array(const DoubleArray& array, const char* name) {
   trace.num_layers = checked_extent(array, window ? 1 : 0, name);
   trace.num_experts = checked_extent(array, window ? 2 : 1, name);
   const size_t count = size_t(trace.num_steps) * trace.num_layers * trace.num_experts;
-  const double* data = array.data();
-  trace.values.assign(data, data + count);
-  if (all_loads_valid(trace.values.data(), count)) return trace;
+  trace.values.assign(array.data(), array.data() + count);
+  const double* data = trace.values.data();
+  if (all_loads_valid(data, count)) return trace;
   for (size_t i = 0; i < count; ++i) {
     if (std::isfinite(data[i]) && data[i] >= 0) continue;
     std::vector<size_t> extents = {size_t(trace.num_layers), size_t(trace.num_experts)};
@@ -95,6 +95,11 @@ LoadTrace trace_from_array(const DoubleArray& array, const char* name) {
   }
   return trace;
 }
+
+}  // namespace
+
+LoadTrace trace_from_array(const DoubleArray& array, const char* name) { return trace_of_array(array, name); }
+LoadTrace trace_from_array(const Float32Array& array, const char* name) { return trace_of_array(array, name); }
 
 LoadMatrix load_from_array(const DoubleArray& array, const char* name) {
   LoadTrace trace = trace_from_array(array, name);

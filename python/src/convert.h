@@ -27,6 +27,7 @@ namespace eplb::python {
 namespace py = pybind11;
 
 using DoubleArray = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using Float32Array = py::array_t<float, py::array::c_style>;  // exactly float32, C order: no conversion
 using IndexArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
 // A failed Status on its way to Python (see register_status_translator).
@@ -53,6 +54,8 @@ void register_status_translator();
 // A [L][E] load (2-D) or a [W][L][E] window (3-D) as a trace; every value
 // finite and >= 0 (the message names the first bad entry).
 LoadTrace trace_from_array(const DoubleArray& array, const char* name);
+// The same from float32 (torch's usual load dtype), widened once into the trace.
+LoadTrace trace_from_array(const Float32Array& array, const char* name);
 // A [L][E] load; a [W][L][E] window is summed over W.
 LoadMatrix load_from_array(const DoubleArray& array, const char* name);
 
@@ -76,6 +79,15 @@ struct Int64Part {
   std::vector<py::ssize_t> shape;
 };
 std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& parts);
+// The block itself, for results written straight in int64: `count` values
+// (uninitialized) and the capsule that owns them (the arrays' base).
+struct Int64Block {
+  int64_t* data;
+  py::capsule owner;
+};
+Int64Block int64_block(size_t count);
+// int32 -> int64, vectorized.
+void widen(const int32_t* __restrict source, size_t count, int64_t* __restrict out);
 py::array_t<int64_t> int64_array(std::span<const int32_t> values, const std::vector<py::ssize_t>& shape);
 
 }  // namespace eplb::python

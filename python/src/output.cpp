@@ -88,6 +88,8 @@ size_t elements(const std::vector<py::ssize_t>& shape) {
   return count;
 }
 
+}  // namespace
+
 // int32 -> int64. The source and count are locals on purpose: read through a
 // span, every int64 store might alias the span's size (long and unsigned long
 // may alias), so the loop stayed scalar; this way it vectorizes (~4x fewer
@@ -96,7 +98,10 @@ void widen(const int32_t* __restrict source, size_t count, int64_t* __restrict o
   for (size_t i = 0; i < count; ++i) out[i] = source[i];
 }
 
-}  // namespace
+Int64Block int64_block(size_t count) {
+  auto [memory, owner] = allocate_block(count * sizeof(int64_t));
+  return {static_cast<int64_t*>(memory), std::move(owner)};
+}
 
 std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& parts) {
   size_t total = 0;
@@ -105,13 +110,12 @@ std::vector<py::array_t<int64_t>> int64_arrays(const std::vector<Int64Part>& par
       throw StatusError(Status(Code::Internal, "binding: a result's shape does not match its values"));
     total += part.values.size();
   }
-  auto [memory, owner] = allocate_block(total * sizeof(int64_t));
-  auto* block = static_cast<int64_t*>(memory);
+  Int64Block block = int64_block(total);
   std::vector<py::array_t<int64_t>> arrays;
-  int64_t* next = block;
+  int64_t* next = block.data;
   for (const Int64Part& part : parts) {
     widen(part.values.data(), part.values.size(), next);
-    arrays.emplace_back(part.shape, next, owner);
+    arrays.emplace_back(part.shape, next, block.owner);
     next += part.values.size();
   }
   return arrays;

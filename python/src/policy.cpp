@@ -2,6 +2,7 @@
 // estimator and the policy run (other Python threads keep going).
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -34,14 +35,18 @@ Result<LoadMatrix> planning_load(LoadTrace&& trace, const Estimator& estimator) 
   return estimate_load(trace, 0, trace.num_steps, estimator);
 }
 
+// `deepseek` with its default options, which never reads the placement in force.
+bool is_plain_deepseek(const PlaceArguments& arguments) {
+  return arguments.policy == "deepseek" && arguments.options.min_gain <= 0 && !arguments.options.anti_affinity;
+}
+
 // The placement in force: `current`, else the default placement. `deepseek`
 // ignores it unless min_gain or anti_affinity asks (policy.h), so it is not
 // built for nothing there: an empty Placement stands in.
 Placement placement_in_force(const std::optional<IndexArray>& current, const Topology& topology,
                              const PlaceArguments& arguments) {
   if (!current) {
-    const PolicyOptions& options = arguments.options;
-    if (arguments.policy == "deepseek" && options.min_gain <= 0 && !options.anti_affinity) return Placement();
+    if (is_plain_deepseek(arguments)) return Placement();
     return default_placement(topology);
   }
   if (current->ndim() != 2 || current->shape(0) != topology.num_layers || current->shape(1) != topology.num_slots)
@@ -51,15 +56,59 @@ Placement placement_in_force(const std::optional<IndexArray>& current, const Top
   return placement_from_array(*current, topology.num_experts, "current");
 }
 
+// `deepseek` with its default options (no current placement needed): its
+// arrays, then log2phy written as int64 straight into the result block (no
+// int32 log2phy, no widening of it). The seconds cover the policy's work,
+// log2phy included, as deepseek_placement's do.
+py::tuple place_deepseek(LoadTrace&& trace, const Estimator& estimator, const Topology& topology, int threads) {
+  Result<DeepSeekArrays> computed = Status(Code::Internal, "the policy did not run");
+  double seconds = 0;
+  {
+    py::gil_scoped_release release;
+    Result<LoadMatrix> load = planning_load(std::move(trace), estimator);
+    Stopwatch watch;
+    computed = load.is_ok() ? deepseek_arrays(*load, topology, threads) : Result<DeepSeekArrays>(load.status());
+    seconds = watch.seconds();
+  }
+  const DeepSeekArrays arrays = value_or_throw(std::move(computed));
+  const py::ssize_t layers = arrays.num_layers, slots = arrays.num_slots, experts = arrays.num_experts,
+                    width = arrays.max_replicas;
+  Int64Block block = int64_block(size_t(layers) * size_t(slots + experts * width + experts));
+  int64_t* phy2log = block.data;
+  int64_t* log2phy = phy2log + layers * slots;
+  int64_t* logcnt = log2phy + layers * experts * width;
+  {
+    py::gil_scoped_release release;
+    Stopwatch watch;
+    write_log2phy(arrays, log2phy, std::clamp(threads, 1, arrays.num_layers));
+    seconds += watch.seconds();
+    widen(arrays.phy2log.data(), arrays.phy2log.size(), phy2log);
+    widen(arrays.logcnt.data(), arrays.logcnt.size(), logcnt);
+  }
+  return py::make_tuple(py::array_t<int64_t>({layers, slots}, phy2log, block.owner),
+                        py::array_t<int64_t>({layers, experts, width}, log2phy, block.owner),
+                        py::array_t<int64_t>({layers, experts}, logcnt, block.owner), seconds);
+}
+
 // Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
-py::tuple place(const DoubleArray& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
-  LoadTrace trace = trace_from_array(weight, "weight");
+// The weight as a trace: C-order float32 converts straight into it, any
+// other array through a float64 array first.
+LoadTrace trace_of_weight(const py::array& weight) {
+  if (py::isinstance<Float32Array>(weight) && (weight.flags() & py::array::c_style))
+    return trace_from_array(weight.cast<Float32Array>(), "weight");
+  return trace_from_array(weight.cast<DoubleArray>(), "weight");
+}
+
+py::tuple place(const py::array& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
+  LoadTrace trace = trace_of_weight(weight);
   Topology topology{trace.num_layers, trace.num_experts, arguments.num_slots, arguments.num_groups,
                     arguments.num_nodes, arguments.num_ranks};
   throw_if_error(topology.validate());
   Estimator estimator = value_or_throw(parse_estimator(arguments.estimator));
   std::unique_ptr<Policy> policy = value_or_throw(make_policy(arguments.policy));
   Placement in_force = placement_in_force(current, topology, arguments);
+  if (is_plain_deepseek(arguments))
+    return place_deepseek(std::move(trace), estimator, topology, arguments.options.threads);
 
   Result<Placement> placed = Status(Code::Internal, "the policy did not run");
   double seconds = 0;
@@ -88,7 +137,7 @@ void bind_policy(py::module_& module) {
   module.def("policy_names", &policy_names, "Names of the placement policies.");
   module.def(
       "place",
-      [](const DoubleArray& weight, int num_slots, int num_groups, int num_nodes, int num_ranks,
+      [](const py::array& weight, int num_slots, int num_groups, int num_nodes, int num_ranks,
          const std::string& policy, const std::optional<IndexArray>& current, int threads, double budget,
          bool anti_affinity, double min_gain, double move_threshold, const std::string& estimator) {
         PlaceArguments arguments{num_slots, num_groups, num_nodes, num_ranks, policy, estimator, {}};

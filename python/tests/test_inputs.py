@@ -67,6 +67,19 @@ def test_float_dtypes_round_like_deepseek():
     assert_same(as_float64, [np.asarray(r) for r in as_float32])
 
 
+def test_float32_goes_to_the_binding_as_it_is(integer_load, expected):
+    """float32 (numpy or torch) is widened once in C++: same results, same checks, windows too."""
+    window = np.stack([integer_load, integer_load]).astype(np.float32)
+    assert_same(eplb.rebalance_experts(window, *COUNTS, estimator="sum"),
+                eplb.rebalance_experts(window.astype(np.float64), *COUNTS, estimator="sum"))
+    for bad, shown in ((np.inf, "inf"), (-2.0, "-2"), (np.nan, "nan")):
+        load = integer_load.astype(np.float32)
+        load[2, 5] = bad
+        for value in (load, torch.from_numpy(load)):
+            with pytest.raises(eplb.Error, match=f"weight\\[2\\]\\[5\\] = {shown}"):
+                eplb.rebalance_experts(value, *COUNTS)
+
+
 def test_every_policy_accepts_every_kind(integer_load):
     for policy in eplb.policies():
         by_numpy = eplb.rebalance_experts(integer_load, *COUNTS, policy=policy)

@@ -66,30 +66,39 @@ Status invalid_load(const LoadMatrix& load) {
   return status.is_ok() ? error(Code::Internal, "deepseek: a load value was flagged invalid but validates") : status;
 }
 
-// log2phy[l][e][k] = the slot of the replica of e created k-th; its width is
-// the largest replica count over all layers, as the reference's is.
-std::vector<int32_t> build_log2phy(const std::vector<int32_t>& phy2log, const std::vector<int32_t>& phyrank,
-                                   int layers, int experts, int slots, int width, int threads) {
-  // Filled with the padding once, as it is allocated (not zeroed, then padded).
-  std::vector<int32_t> log2phy(size_t(layers) * size_t(experts) * size_t(width), -1);
-  parallel_for(size_t(layers), threads, [&](size_t l) {
-    int32_t* layer = log2phy.data() + l * size_t(experts) * size_t(width);
-    const size_t row = l * size_t(slots);
-    for (int slot = 0; slot < slots; ++slot)
-      layer[size_t(phy2log[row + size_t(slot)]) * size_t(width) + size_t(phyrank[row + size_t(slot)])] = slot;
-  });
-  return log2phy;
+// Layer l of log2phy: log2phy[e][k] = the slot of the replica of e created
+// k-th; its width is the largest replica count over all layers, as the
+// reference's is. Unless `pad` is false (the layer already holds -1), the
+// layer is padded first, while it is in cache.
+template <typename Index>
+void write_log2phy_layer(const DeepSeekArrays& arrays, size_t l, Index* out, bool pad) {
+  const size_t experts = size_t(arrays.num_experts), slots = size_t(arrays.num_slots);
+  const size_t width = size_t(arrays.max_replicas);
+  Index* layer = out + l * experts * width;
+  if (pad) std::fill(layer, layer + experts * width, Index(-1));
+  const int32_t* phy2log = arrays.phy2log.data() + l * slots;
+  const int32_t* phyrank = arrays.phyrank.data() + l * slots;
+  for (size_t slot = 0; slot < slots; ++slot) layer[size_t(phy2log[slot]) * width + size_t(phyrank[slot])] = Index(slot);
 }
 
 }  // namespace
 
-Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& topology, int threads) {
+template <typename Index>
+void write_log2phy(const DeepSeekArrays& arrays, Index* out, int threads) {
+  parallel_for(size_t(arrays.num_layers), threads,
+               [&](size_t l) { write_log2phy_layer(arrays, l, out, /*pad=*/true); });
+}
+template void write_log2phy<int32_t>(const DeepSeekArrays&, int32_t*, int);
+template void write_log2phy<int64_t>(const DeepSeekArrays&, int64_t*, int);
+
+Result<DeepSeekArrays> deepseek_arrays(const LoadMatrix& load, const Topology& topology, int threads) {
   EPLB_TRY(check_inputs(load, topology));
   const DeepSeekShape shape(topology);
   const int layers = topology.num_layers;
-  std::vector<int32_t> phy2log(size_t(layers) * size_t(shape.slots));
-  std::vector<int32_t> phyrank(phy2log.size());
-  std::vector<int32_t> logcnt(size_t(layers) * size_t(shape.experts));
+  DeepSeekArrays arrays{layers, shape.experts, shape.slots, 0, {}, {}, {}};
+  arrays.phy2log.resize(size_t(layers) * size_t(shape.slots));
+  arrays.phyrank.resize(arrays.phy2log.size());
+  arrays.logcnt.resize(size_t(layers) * size_t(shape.experts));
 
   // Blocks of layers handed to whichever worker is free, each worker with
   // its thread's scratch: the result does not depend on the split, only the
@@ -102,7 +111,7 @@ Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& top
   // into the call's own vector inside the item.
   std::vector<LayerBlock*> scratch(static_cast<size_t>(workers), nullptr);
   std::vector<char> saw_invalid(static_cast<size_t>(workers), 0);
-  const LayerOutput out{phy2log.data(), phyrank.data(), logcnt.data()};
+  const LayerOutput out{arrays.phy2log.data(), arrays.phyrank.data(), arrays.logcnt.data()};
   parallel_for(size_t(blocks), workers, [&](size_t block, int worker) {
     LayerBlock*& mine = scratch[size_t(worker)];
     if (mine == nullptr) mine = &LayerBlock::for_this_thread(shape);
@@ -112,11 +121,21 @@ Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& top
   });
 
   if (std::find(saw_invalid.begin(), saw_invalid.end(), 1) != saw_invalid.end()) return invalid_load(load);
-  const int width = *std::max_element(logcnt.begin(), logcnt.end());
-  auto log2phy = build_log2phy(phy2log, phyrank, layers, shape.experts, shape.slots, width, workers);
+  arrays.max_replicas = *std::max_element(arrays.logcnt.begin(), arrays.logcnt.end());
+  return arrays;
+}
+
+Result<Placement> deepseek_placement(const LoadMatrix& load, const Topology& topology, int threads) {
+  EPLB_ASSIGN_OR_RETURN(DeepSeekArrays arrays, deepseek_arrays(load, topology, threads));
+  // Filled with the padding once, as it is allocated (not zeroed, then padded).
+  std::vector<int32_t> log2phy(
+      size_t(arrays.num_layers) * size_t(arrays.num_experts) * size_t(arrays.max_replicas), -1);
+  parallel_for(size_t(arrays.num_layers), std::clamp(threads, 1, arrays.num_layers),
+               [&](size_t l) { write_log2phy_layer(arrays, l, log2phy.data(), /*pad=*/false); });
   // Valid by construction; tests/policy checks every invariant on every shape they run.
-  return Placement::from_arrays_unchecked(layers, shape.experts, shape.slots, width, std::move(phy2log),
-                                          std::move(log2phy), std::move(logcnt));
+  return Placement::from_arrays_unchecked(arrays.num_layers, arrays.num_experts, arrays.num_slots,
+                                          arrays.max_replicas, std::move(arrays.phy2log), std::move(log2phy),
+                                          std::move(arrays.logcnt));
 }
 
 namespace policies {

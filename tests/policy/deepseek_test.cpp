@@ -229,6 +229,29 @@ TEST(DeepSeek, OutputIsIndependentOfTheThreadCountAndRepeatable) {
   }
 }
 
+TEST(DeepSeek, ArraysAndInt64Log2phyEqualThePlacement) {
+  // deepseek_arrays + write_log2phy (the Python binding's int64 path) give
+  // deepseek_placement's arrays exactly, on every thread count.
+  for (Topology topology : {Topology{58, 256, 288, 8, 1, 32}, Topology{58, 256, 288, 8, 3, 36}}) {
+    LoadMatrix load = testing_support::zipf_load(topology.num_layers, topology.num_experts, 5);
+    const Placement reference = deepseek_placement(load, topology).value();
+    for (int threads : {1, 3}) {
+      DeepSeekArrays arrays = deepseek_arrays(load, topology, threads).value();
+      EXPECT_EQ(arrays.max_replicas, reference.max_replicas());
+      EXPECT_EQ(arrays.phy2log, reference.phy2log_data());
+      EXPECT_EQ(arrays.logcnt, reference.logcnt_data());
+      std::vector<int64_t> log2phy(reference.log2phy_data().size(), 7);  // not -1: the padding must be written
+      write_log2phy(arrays, log2phy.data(), threads);
+      const std::vector<int32_t>& expected = reference.log2phy_data();
+      EXPECT_TRUE(std::equal(log2phy.begin(), log2phy.end(), expected.begin(), expected.end()))
+          << topology.to_string() << " threads=" << threads;
+    }
+  }
+  LoadMatrix nan_load(2, 12);
+  nan_load.at(1, 3) = std::nan("");
+  EXPECT_EQ(deepseek_arrays(nan_load, Topology{2, 12, 16, 4, 2, 8}).status().code(), Code::InvalidArgument);
+}
+
 TEST(DeepSeek, ConcurrentCallersEachGetTheirOwnAnswer) {
   // Callers on several threads share the pool's workers: a worker may serve
   // one caller's layers right after another's. An invalid load in one call

@@ -32,57 +32,71 @@ long minor_faults() {
   return usage.ru_minflt;
 }
 
+// An "owner" agent and a "reader" agent made with `reader_config` (its name
+// is set here), both UCX, in this process.
+struct OwnerAndReader {
+  std::unique_ptr<Agent> owner, reader;
+  explicit OwnerAndReader(AgentConfig reader_config) {
+    AgentConfig config;
+    config.name = "owner";
+    if (auto made = Agent::create(config)) owner = std::move(made).value();
+    reader_config.name = "reader";
+    if (auto made = Agent::create(reader_config)) reader = std::move(made).value();
+  }
+  bool ok() const { return owner && reader; }
+};
+
 // Memory allocated by the UCX backend is registered like any region and
 // reachable by a peer, whether the reader maps its peers' memory eagerly or
 // on first use; loopback cannot allocate. *faults: the page faults taken
 // while the READ ran.
 void allocated_regions_transfer_and_free(bool map_eagerly, long* faults) {
   AgentConfig config;
-  config.name = "owner";
-  auto owner = Agent::create(config);
-  config.name = "reader";
   config.map_peer_memory_eagerly = map_eagerly;
-  auto reader = Agent::create(config);
-  ASSERT_TRUE(owner && reader);
+  OwnerAndReader agents(config);
+  ASSERT_TRUE(agents.ok());
+  auto& owner = agents.owner;
+  auto& reader = agents.reader;
   constexpr size_t kBytes = (1 << 20) + 123;
-  auto source = (*owner)->allocate_memory(kBytes);
+  auto source = owner->allocate_memory(kBytes);
   ASSERT_TRUE(source) << source.status().to_string();
   ASSERT_NE(source->address, nullptr);
   EXPECT_EQ(source->length, kBytes);
   fill_pattern(static_cast<uint8_t*>(source->address), kBytes, 42);
-  auto destination = (*reader)->allocate_memory(kBytes);
+  auto destination = reader->allocate_memory(kBytes);
   ASSERT_TRUE(destination) << destination.status().to_string();
   std::memset(destination->address, 0, kBytes);
 
-  auto metadata = (*owner)->export_metadata();
+  auto metadata = owner->export_metadata();
   ASSERT_TRUE(metadata);
-  ASSERT_TRUE((*reader)->load_metadata(*metadata));
-  auto metadata_back = (*reader)->export_metadata();
+  ASSERT_TRUE(reader->load_metadata(*metadata));
+  auto metadata_back = reader->export_metadata();
   ASSERT_TRUE(metadata_back);
-  ASSERT_TRUE((*owner)->load_metadata(*metadata_back));
+  ASSERT_TRUE(owner->load_metadata(*metadata_back));
   Descriptor local = descriptor_of(destination->address, kBytes);
   Descriptor remote = descriptor_of(source->address, kBytes);
-  auto local_list = (*reader)->prepare_local({&local, 1});
-  auto remote_list = (*reader)->prepare_remote("owner", {&remote, 1});
+  auto local_list = reader->prepare_local({&local, 1});
+  auto remote_list = reader->prepare_remote("owner", {&remote, 1});
   ASSERT_TRUE(local_list && remote_list);
-  auto request = (*reader)->make_request(Operation::Read, *local_list, {}, *remote_list, {});
+  auto request = reader->make_request(Operation::Read, *local_list, {}, *remote_list, {});
   ASSERT_TRUE(request);
   const long faults_before = minor_faults();
-  ASSERT_TRUE((*reader)->post(*request));
+  ASSERT_TRUE(reader->post(*request));
   const RequestId id = *request;
-  Status done = wait_driving(**reader, **owner, {&id, 1}, Deadline::after_seconds(10));
+  Status done = wait_driving(*reader, *owner, {&id, 1}, Deadline::after_seconds(10));
   *faults = minor_faults() - faults_before;
   ASSERT_TRUE(done) << done.to_string();
   EXPECT_EQ(std::memcmp(destination->address, source->address, kBytes), 0);
 
-  ASSERT_TRUE((*reader)->release(*request));
-  ASSERT_TRUE((*reader)->release_descriptor_list(*local_list));
-  ASSERT_TRUE((*reader)->release_descriptor_list(*remote_list));
-  EXPECT_TRUE((*reader)->deregister_memory(destination->id));
-  EXPECT_EQ((*reader)->deregister_memory(destination->id).code(), Code::NotFound);
-  EXPECT_TRUE((*owner)->deregister_memory(source->id));
-  EXPECT_EQ((*owner)->allocate_memory(0).status().code(), Code::InvalidArgument);
+  ASSERT_TRUE(reader->release(*request));
+  ASSERT_TRUE(reader->release_descriptor_list(*local_list));
+  ASSERT_TRUE(reader->release_descriptor_list(*remote_list));
+  EXPECT_TRUE(reader->deregister_memory(destination->id));
+  EXPECT_EQ(reader->deregister_memory(destination->id).code(), Code::NotFound);
+  EXPECT_TRUE(owner->deregister_memory(source->id));
+  EXPECT_EQ(owner->allocate_memory(0).status().code(), Code::InvalidArgument);
 
+  config.name = "reader";
   config.backend = "loopback";
   auto loopback = Agent::create(config);
   ASSERT_TRUE(loopback);
@@ -95,43 +109,42 @@ void allocated_regions_transfer_and_free(bool map_eagerly, long* faults) {
 // READ was Done at its first status() with no progress of the owner.
 void mapped_memory_round_trip(bool copy_mapped, bool* inline_done) {
   AgentConfig config;
-  config.name = "owner";
-  auto owner = Agent::create(config);
-  config.name = "reader";
   config.copy_mapped_memory = copy_mapped;
-  auto reader = Agent::create(config);
-  ASSERT_TRUE(owner && reader);
+  OwnerAndReader agents(config);
+  ASSERT_TRUE(agents.ok());
+  auto& owner = agents.owner;
+  auto& reader = agents.reader;
   constexpr size_t kBytes = (1 << 20) + 5;
-  auto source = (*owner)->allocate_memory(kBytes);
-  auto buffer = (*reader)->allocate_memory(kBytes);
+  auto source = owner->allocate_memory(kBytes);
+  auto buffer = reader->allocate_memory(kBytes);
   ASSERT_TRUE(source && buffer);
   auto* remote = static_cast<uint8_t*>(source->address);
   auto* local = static_cast<uint8_t*>(buffer->address);
   fill_pattern(remote, kBytes, 7);
   std::memset(local, 0, kBytes);
-  ASSERT_TRUE((*reader)->load_metadata(*(*owner)->export_metadata()));
-  ASSERT_TRUE((*owner)->load_metadata(*(*reader)->export_metadata()));
+  ASSERT_TRUE(reader->load_metadata(*owner->export_metadata()));
+  ASSERT_TRUE(owner->load_metadata(*reader->export_metadata()));
   const size_t cuts[] = {0, 4093, 700001, kBytes};
   std::vector<Descriptor> locals, remotes;
   for (int i = 0; i < 3; ++i) {
     locals.push_back(descriptor_of(local + cuts[i], cuts[i + 1] - cuts[i]));
     remotes.push_back(descriptor_of(remote + cuts[i], cuts[i + 1] - cuts[i]));
   }
-  auto local_list = (*reader)->prepare_local(locals);
-  auto remote_list = (*reader)->prepare_remote("owner", remotes);
+  auto local_list = reader->prepare_local(locals);
+  auto remote_list = reader->prepare_remote("owner", remotes);
   ASSERT_TRUE(local_list && remote_list);
   for (Operation op : {Operation::Read, Operation::Write}) {
     if (op == Operation::Write) fill_pattern(local, kBytes, 9);
-    auto request = (*reader)->make_request(op, *local_list, {}, *remote_list, {});
-    ASSERT_TRUE(request && (*reader)->post(*request));
-    if (op == Operation::Read) *inline_done = (*reader)->status(*request).state == RequestState::Done;
+    auto request = reader->make_request(op, *local_list, {}, *remote_list, {});
+    ASSERT_TRUE(request && reader->post(*request));
+    if (op == Operation::Read) *inline_done = reader->status(*request).state == RequestState::Done;
     const RequestId id = *request;
-    ASSERT_TRUE(wait_driving(**reader, **owner, {&id, 1}, Deadline::after_seconds(10)));
+    ASSERT_TRUE(wait_driving(*reader, *owner, {&id, 1}, Deadline::after_seconds(10)));
     EXPECT_EQ(std::memcmp(local, remote, kBytes), 0) << operation_name(op) << " copy_mapped " << copy_mapped;
-    ASSERT_TRUE((*reader)->release(*request));
+    ASSERT_TRUE(reader->release(*request));
   }
-  ASSERT_TRUE((*reader)->release_descriptor_list(*local_list));
-  ASSERT_TRUE((*reader)->release_descriptor_list(*remote_list));
+  ASSERT_TRUE(reader->release_descriptor_list(*local_list));
+  ASSERT_TRUE(reader->release_descriptor_list(*remote_list));
 }
 
 TEST(UcxMappedMemory, CopiedDirectlyOrThroughUcxTheBytesAreTheSame) {
@@ -147,36 +160,34 @@ TEST(UcxMappedMemory, CopiedDirectlyOrThroughUcxTheBytesAreTheSame) {
 // back the same addresses); after loading its metadata again, a READ gets
 // the new memory's bytes, never the freed segment's that the older key maps.
 TEST(UcxMappedMemory, ReadAfterThePeerReallocatedGetsTheNewBytes) {
-  AgentConfig config;
-  config.name = "owner";
-  auto owner = Agent::create(config);
-  config.name = "reader";
-  auto reader = Agent::create(config);
-  ASSERT_TRUE(owner && reader);
+  OwnerAndReader agents{AgentConfig{}};
+  ASSERT_TRUE(agents.ok());
+  auto& owner = agents.owner;
+  auto& reader = agents.reader;
   constexpr size_t kBytes = 1 << 20;
-  auto first = (*owner)->allocate_memory(kBytes);
-  auto local = (*reader)->allocate_memory(kBytes);
+  auto first = owner->allocate_memory(kBytes);
+  auto local = reader->allocate_memory(kBytes);
   ASSERT_TRUE(first && local);
   fill_pattern(static_cast<uint8_t*>(first->address), kBytes, 1);
-  ASSERT_TRUE((*reader)->load_metadata(*(*owner)->export_metadata()));
-  ASSERT_TRUE((*owner)->load_metadata(*(*reader)->export_metadata()));
-  ASSERT_TRUE((*owner)->deregister_memory(first->id));
-  auto second = (*owner)->allocate_memory(kBytes);
+  ASSERT_TRUE(reader->load_metadata(*owner->export_metadata()));
+  ASSERT_TRUE(owner->load_metadata(*reader->export_metadata()));
+  ASSERT_TRUE(owner->deregister_memory(first->id));
+  auto second = owner->allocate_memory(kBytes);
   ASSERT_TRUE(second);
   auto* remote = static_cast<uint8_t*>(second->address);
   fill_pattern(remote, kBytes, 2);
-  ASSERT_TRUE((*reader)->load_metadata(*(*owner)->export_metadata()));
+  ASSERT_TRUE(reader->load_metadata(*owner->export_metadata()));
   std::printf("[ info     ] reallocated at the same address: %s\n", second->address == first->address ? "yes" : "no");
   Descriptor to = descriptor_of(local->address, kBytes), from = descriptor_of(remote, kBytes);
-  auto local_list = (*reader)->prepare_local({&to, 1});
-  auto remote_list = (*reader)->prepare_remote("owner", {&from, 1});
+  auto local_list = reader->prepare_local({&to, 1});
+  auto remote_list = reader->prepare_remote("owner", {&from, 1});
   ASSERT_TRUE(local_list && remote_list);
-  auto request = (*reader)->make_request(Operation::Read, *local_list, {}, *remote_list, {});
-  ASSERT_TRUE(request && (*reader)->post(*request));
+  auto request = reader->make_request(Operation::Read, *local_list, {}, *remote_list, {});
+  ASSERT_TRUE(request && reader->post(*request));
   const RequestId id = *request;
-  ASSERT_TRUE(wait_driving(**reader, **owner, {&id, 1}, Deadline::after_seconds(10)));
+  ASSERT_TRUE(wait_driving(*reader, *owner, {&id, 1}, Deadline::after_seconds(10)));
   EXPECT_EQ(std::memcmp(local->address, remote, kBytes), 0);
-  ASSERT_TRUE((*reader)->release(*request));
+  ASSERT_TRUE(reader->release(*request));
 }
 
 TEST(UcxAllocateMemory, AllocatedRegionsTransferAndFree) {

@@ -144,10 +144,14 @@ class _TorchExchange:
         """The error for a failed gloo collective: which ranks never checked in, and why it failed."""
         elapsed = time.monotonic() - started
         timed_out = time.monotonic() >= deadline - 0.01 or "timed out" in failure.lower()
-        # A rank that is alive checks in at once; give the slow ones a moment (within the deadline).
-        grace_end = min(deadline, time.monotonic() + 1.0)
+        # A rank that is alive checks in at once; give the slow ones a moment (within the deadline),
+        # and a longer one while several are absent: a lost rank is rarely more than one, and on a
+        # loaded machine a live rank can take over a second to reach the collective (it would be
+        # named as lost with the dead one).
+        now = time.monotonic()
+        grace_end, patient_end = min(deadline, now + 1.0), min(deadline, now + 4.0)
         absent, other_kind = self._check_ins(key, kind)
-        while absent and time.monotonic() < grace_end:
+        while absent and (time.monotonic() < grace_end or (len(absent) > 1 and time.monotonic() < patient_end)):
             time.sleep(0.02)
             absent, other_kind = self._check_ins(key, kind)
         self._broken = f"the {what} failed"

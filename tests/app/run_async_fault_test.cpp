@@ -71,7 +71,9 @@ void expect_no_inconsistent_read(const std::string& json_path, bool completed) {
     retries += round["retries"].get<int>();
   }
   // A completing case is one whose faults fired and were retried.
-  if (completed) EXPECT_GT(retries, 0) << json.dump();
+  if (completed) {
+    EXPECT_GT(retries, 0) << json.dump();
+  }
 }
 
 class AsyncFault : public ::testing::TestWithParam<FaultCase> {};

@@ -83,8 +83,11 @@ TEST(AsyncSwap, AbortKeepsUncommittedLayersOnTheirOldBuffer) {
     ASSERT_FALSE(result.failure);
     EXPECT_EQ(result.failure.code(), Code::Aborted);
     EXPECT_LT(result.report.layers_committed(), scenario.topology.num_layers);
-    for (const auto& layer : result.report.layers)
-      if (!layer.committed) EXPECT_EQ(result.live_buffers.back()[size_t(layer.layer)], 0) << "layer " << layer.layer;
+    for (const auto& layer : result.report.layers) {
+      if (!layer.committed) {
+        EXPECT_EQ(result.live_buffers.back()[size_t(layer.layer)], 0) << "layer " << layer.layer;
+      }
+    }
   }
 }
 

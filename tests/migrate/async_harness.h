@@ -75,7 +75,9 @@ inline void serve(AsyncMigration& handle, ExpertStore& store, Placement& current
                   std::atomic<int>& ranks_done, int ranks, const Scenario& scenario, int rank, int64_t& step,
                   AsyncRank& out) {
   bool finished = false;
-  for (const int64_t end = step + 20000; step < end; ++step) {
+  // The step cap (same on every rank: steps run in lockstep) bounds a hung
+  // round at >= 60 s; a loaded machine may need far more than 20000 steps.
+  for (const int64_t end = step + 300000; step < end; ++step) {
     steps.arrive_and_wait();
     if (ranks_done.load() == ranks) break;
     steps.arrive_and_wait();  // everybody read ranks_done before anyone adds to it

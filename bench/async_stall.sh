@@ -33,6 +33,7 @@ shift $(($# < 2 ? $# : 2))
 common=(run --rounds "$rounds" "$@")
 serving=(--step-ms 5 --serve-share 0.25)
 work="$(mktemp -d "${TMPDIR:-/tmp}/eplb_async_stall.XXXXXX")"
+# No exec below: the EXIT trap must run to remove the reports.
 trap 'rm -rf "$work"' EXIT
 echo "async_stall: eplb ${common[*]} (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 "$build/eplb" "${common[@]}" --json "$work/sync.json" > "$work/sync.log" 2>&1 ||
@@ -42,4 +43,4 @@ for mode in copy swap; do
     > "$work/$mode.log" 2>&1 || { cat "$work/$mode.log"; exit 1; }
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-exec /usr/bin/python3 "$root/bench/async_stall_table.py" "$work/sync.json" "$work/copy.json" "$work/swap.json"
+/usr/bin/python3 "$root/bench/async_stall_table.py" "$work/sync.json" "$work/copy.json" "$work/swap.json"

@@ -224,6 +224,13 @@ struct MigrateOptions {
   // Deadline for each collective (allgather, vote); <= 0: automatic,
   // the layer's transfer deadline + 10 s.
   double collective_timeout_seconds = 0;
+  // Async rounds (Migrator::start): the progress thread, and the threads
+  // it starts, run under SCHED_BATCH (Linux), so that waking it (a commit,
+  // a finished wait) never preempts the serving thread on a busy CPU: the
+  // serving thread keeps the core until its step yields it. Best effort: a
+  // refusal (seccomp, another OS) leaves the default policy. false: the
+  // progress thread keeps the caller's policy.
+  bool batch_progress_thread = true;
   // Test hook, called on every rank before each attempt of each layer.
   std::function<void(int layer, int attempt)> before_attempt;
   // Progress, called on every rank after each layer (committed, unchanged or failed).

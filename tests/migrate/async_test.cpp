@@ -2,6 +2,8 @@
 // threads as ranks (async_harness.h). Every rank must commit each layer at
 // the same step, and a failed round must leave committed layers new and the
 // rest old on every rank.
+#include <sched.h>
+
 #include "async_harness.h"
 
 namespace eplb {
@@ -92,6 +94,27 @@ TEST(AsyncMigration, AbortStopsEveryRankAtTheNextVote) {
     EXPECT_EQ(result.failure.code(), Code::Aborted);
     EXPECT_NE(result.failure.message().find("rank 0 asked to abort"), std::string::npos) << result.failure.message();
     EXPECT_LT(result.report.layers_committed(), scenario.topology.num_layers);
+  }
+}
+
+// The progress thread runs as batch work (MigrateOptions::batch_progress_
+// thread), so waking it does not preempt the serving thread; off, it keeps
+// the caller's policy. before_attempt runs on the progress thread.
+TEST(AsyncMigration, ProgressThreadRunsAsBatchWorkUnlessAskedNot) {
+  for (const bool batch : {true, false}) {
+    Scenario scenario;
+    scenario.topology = {2, 4, 8, 2, 1, 2};
+    scenario.options.batch_progress_thread = batch;
+    std::atomic<int> attempts{0}, batch_attempts{0};
+    scenario.options.before_attempt = [&](int, int) {
+      attempts += 1;
+      if (sched_getscheduler(0) == SCHED_BATCH) batch_attempts += 1;
+    };
+    auto results = run_async(scenario, shuffled_placement(scenario.topology, 5));
+    expect_consistent(results);
+    EXPECT_TRUE(results[0].report.status) << results[0].report.status.to_string();
+    ASSERT_GT(attempts.load(), 0) << "batch " << batch;
+    EXPECT_EQ(batch_attempts.load(), batch ? attempts.load() : 0) << "batch " << batch;
   }
 }
 

@@ -61,6 +61,18 @@ using bootstrap::MessageKind;
 constexpr int kNoticeTag = 0x4550;  // "EP"
 std::atomic<bool> g_some_group_broken{false};
 std::mutex g_init_mutex;
+std::mutex g_mpi_calls;
+
+// MPI is initialised MPI_THREAD_SERIALIZED: one thread at a time inside MPI.
+// Groups may be used from different threads at once (`eplb run --async`:
+// the migration's collectives on its progress thread, the serving loop's
+// per-step barrier on the serving thread), so every MPI call on a group goes
+// through this lock. The calls are non-blocking; waits sleep outside it.
+template <class Call>
+int serialized(Call&& call) {
+  std::lock_guard lock(g_mpi_calls);
+  return call();
+}
 
 void finalize_at_exit() {
   int finalized = 0;
@@ -78,7 +90,8 @@ void finalize_at_exit() {
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
+  if (serialized([&] { return MPI_Error_string(code, text, &length); }) != MPI_SUCCESS)
+    return fmt::format("MPI error {}", code);
   return std::string(text, static_cast<size_t>(length));
 }
 
@@ -130,7 +143,7 @@ Result<std::vector<size_t>> wait_requests(std::vector<MPI_Request>& requests, De
     for (size_t i = 0; i < requests.size(); ++i) {
       if (requests[i] == MPI_REQUEST_NULL) continue;
       int done = 0;
-      int code = MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE);
+      int code = serialized([&] { return MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE); });
       if (code != MPI_SUCCESS) return error(Code::Backend, "MPI_Test: " + mpi_error_text(code));
       if (!done) pending.push_back(i);
     }
@@ -158,7 +171,7 @@ class MpiGroup final : public ProcessGroup {
   ~MpiGroup() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && broken_.is_ok()) MPI_Comm_free(&comm_);
+    if (!finalized && broken_.is_ok()) serialized([&] { return MPI_Comm_free(&comm_); });
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -208,8 +221,11 @@ Status MpiGroup::exchange_notices(Exchange& x, Deadline deadline) {
   x.sends.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    int code = MPI_Irecv(x.notices[r].data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.receives[r]);
-    if (code == MPI_SUCCESS) code = MPI_Isend(x.notice.data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.sends[r]);
+    const int code = serialized([&] {
+      const int posted = MPI_Irecv(x.notices[r].data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.receives[r]);
+      if (posted != MPI_SUCCESS) return posted;
+      return MPI_Isend(x.notice.data(), 3, MPI_UINT64_T, r, kNoticeTag, comm_, &x.sends[r]);
+    });
     if (code != MPI_SUCCESS)
       return error(Code::Backend, fmt::format("{}: posting the notice exchange with rank {}: {}", x.what, r,
                                               mpi_error_text(code)));
@@ -261,8 +277,10 @@ Result<std::vector<std::string>> MpiGroup::gather_data(Exchange& x, Deadline dea
   }
   x.gathered.resize(std::max<uint64_t>(total, 1));
   x.data.assign(1, MPI_REQUEST_NULL);
-  int code = MPI_Iallgatherv(x.mine.data(), static_cast<int>(x.mine.size()), MPI_BYTE, x.gathered.data(),
-                             x.counts.data(), x.displacements.data(), MPI_BYTE, comm_, &x.data[0]);
+  const int code = serialized([&] {
+    return MPI_Iallgatherv(x.mine.data(), static_cast<int>(x.mine.size()), MPI_BYTE, x.gathered.data(),
+                           x.counts.data(), x.displacements.data(), MPI_BYTE, comm_, &x.data[0]);
+  });
   if (code != MPI_SUCCESS)
     return error(Code::Backend, fmt::format("{}: MPI_Iallgatherv: {}", x.what, mpi_error_text(code)));
   auto unfinished = wait_requests(x.data, deadline);
@@ -302,10 +320,12 @@ Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seco
   if (!(connect_timeout_seconds > 0))
     return error(Code::InvalidArgument, "mpi group: connect timeout must be positive");
   EPLB_TRY(ensure_initialized(connect_timeout_seconds, stuck_init_exit_code));
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Request request = MPI_REQUEST_NULL;
-  int code = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request);
+  const int code = serialized([&] {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    return MPI_Comm_idup(MPI_COMM_WORLD, &comm, &request);
+  });
   if (code != MPI_SUCCESS) return error(Code::Backend, "MPI_Comm_idup: " + mpi_error_text(code));
   std::vector<MPI_Request> requests{request};
   EPLB_ASSIGN_OR_RETURN(std::vector<size_t> pending,
@@ -315,10 +335,12 @@ Result<std::unique_ptr<ProcessGroup>> make_mpi_group(double connect_timeout_seco
     return error(Code::Timeout, "mpi group: not every rank created its group within " +
                                     format_seconds(connect_timeout_seconds));
   }
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   int rank = 0, size = 0;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  serialized([&] {
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm, &rank);
+    return MPI_Comm_size(comm, &size);
+  });
   return std::unique_ptr<ProcessGroup>(std::make_unique<MpiGroup>(comm, rank, size));
 }
 

@@ -286,8 +286,13 @@ int mpi_local_ranks() {
 
 // --async: a second group of the same ranks for the serving loop, so that
 // its per-step barrier never shares a collective sequence with the
-// migration's votes.
-Result<std::unique_ptr<ProcessGroup>> serving_group_for(const Result<LocalGroupOptions>& local) {
+// migration's votes (under mpirun: a communicator of its own).
+Result<std::unique_ptr<ProcessGroup>> serving_group_for(bool mpi, const Result<LocalGroupOptions>& local) {
+  if (mpi) {
+    auto group = make_mpi_group(30, kExitTimeout);
+    if (!group) return group.status().with_context("MPI bootstrap of the serving group");
+    return group;
+  }
   if (!local) return local.status();
   auto group = make_local_group(*local, "serving");
   if (!group) return group.status().with_context("local bootstrap of the serving group");
@@ -297,10 +302,6 @@ Result<std::unique_ptr<ProcessGroup>> serving_group_for(const Result<LocalGroupO
 void run_command(const RunArgs& args) {
   const bool loopback = args.transport == "loopback";
   const bool mpi = !loopback && (args.bootstrap == "mpi" || launched_by_mpirun());
-  if (mpi && args.async)
-    return set_command_result(error(Code::Unsupported, "--async runs with the local bootstrap or --transport "
-                                                       "loopback; under mpirun the serving loop has no "
-                                                       "communicator of its own yet"));
   if (loopback || (!mpi && !local_group_options_from_env())) {
     auto options = build_run_options(args, 0);
     if (!options) return set_command_result(options.status());
@@ -318,7 +319,7 @@ void run_command(const RunArgs& args) {
   if (!options) return set_command_result(options.status());
   std::unique_ptr<ProcessGroup> serving_group;
   if (options->serving.async) {
-    auto serving = serving_group_for(local);
+    auto serving = serving_group_for(mpi, local);
     if (!serving) return set_command_result(serving.status());
     serving_group = std::move(serving).value();
     options->serving_group = serving_group.get();

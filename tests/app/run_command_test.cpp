@@ -150,6 +150,25 @@ TEST(RunCommand, MpirunStartsTheRanks) {
   std::remove(json.c_str());
 }
 
+// --async under mpirun: the serving loop gets a communicator of its own and
+// both groups' MPI calls are serialized (mpi_group.cpp), swap commits.
+TEST(RunCommand, MpirunRunsTheAsyncServingLoop) {
+  if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
+  std::string json = temp_path("mpi-async.json");
+  Outcome outcome = run("mpirun --allow-run-as-root --oversubscribe -np 4 " + kBinary +
+                            " run --bootstrap mpi --nodes 2 --async --commit swap --step-ms 2" + kSmall +
+                            " --json " + json,
+                        "", 120);
+  expect_all_verified(outcome, json, 2);
+  auto parsed = read_json(json);
+  EXPECT_EQ(parsed["bootstrap"], "mpi");
+  for (const auto& round : parsed["rounds"]) {
+    EXPECT_GT(round["serving"]["steps"].get<int64_t>(), 0);
+    EXPECT_EQ(round["serving"]["inconsistent_reads"], 0);
+  }
+  std::remove(json.c_str());
+}
+
 // Multi-host emulation: ranks 0-1 in one network namespace, 2-3 in another,
 // joined by a veth pair, started by mpirun, data over UCX TCP. The veth's byte
 // counters show that the inter-node reads (and only those) crossed it. One

@@ -1,11 +1,14 @@
 """eplb.ProcessGroup: the collectives the migration engine needs, over torch.distributed or eplb's bootstraps.
 
 Contract:
-- `ProcessGroup.from_torch(group=None)`: an engine's own torch.distributed group (gloo, CPU) carries
+- `ProcessGroup.from_torch(group=None, store=None)`: an engine's own torch.distributed group (gloo, CPU) carries
   every collective: one allgather of bytes per collective (two gloo all_gathers: lengths, then
   padded bytes). eplb's deadline bounds each one, whatever gloo's own timeout: every rank first
   checks in under a key of the group's store, the gloo work is waited for with the time left, and
-  on a failure the ranks that never checked in are named. A closed connection (a rank died) raises
+  on a failure the ranks that never checked in are named. The check-in store is `store` (any
+  torch.distributed Store every rank of the group reaches), by default the store the default group
+  was initialised with (torch has no public accessor for it: `distributed_c10d._get_default_store`,
+  the one private name used here). A closed connection (a rank died) raises
   eplb.Error with code "remote disconnect", a deadline "timeout"; the group is unusable afterwards.
 - `ProcessGroup.from_env(timeout=30)`: eplb's own bootstraps, for scripts without torch.distributed:
   the local launcher's environment (EPLB_RANK, EPLB_SIZE, EPLB_BOOTSTRAP_DIR) or mpirun's.
@@ -31,9 +34,13 @@ class ProcessGroup:
         self._native = native
 
     @classmethod
-    def from_torch(cls, group=None) -> "ProcessGroup":
-        """Wraps a torch.distributed group that works on CPU tensors (gloo); None: the default group."""
-        exchange = _TorchExchange(group)
+    def from_torch(cls, group=None, store=None) -> "ProcessGroup":
+        """Wraps a torch.distributed group that works on CPU tensors (gloo); None: the default group.
+
+        store: a torch.distributed Store shared by the group's ranks for eplb's check-in keys (which
+        name the ranks that never arrived); None: the default group's store.
+        """
+        exchange = _TorchExchange(group, store)
         return cls(_eplb.python_group(exchange, exchange.rank, exchange.size, "torch.distributed"))
 
     @classmethod
@@ -77,7 +84,7 @@ _KIND_NAMES = {code: name for name, code in _KINDS.items()}
 class _TorchExchange:
     """exchange(kind, data, timeout) -> list[bytes] over a gloo group, bounded by eplb's deadline."""
 
-    def __init__(self, group):
+    def __init__(self, group, store=None):
         import torch
         import torch.distributed as dist
 
@@ -92,8 +99,11 @@ class _TorchExchange:
                         "carry CPU bytes and need a gloo group (vLLM's cpu_group, or dist.new_group(backend='gloo'))")
         self.rank = dist.get_rank(self._group)
         self.size = dist.get_world_size(self._group)
-        self._store = dist.distributed_c10d._get_default_store()
-        members = sorted(dist.distributed_c10d._pg_group_ranks[self._group].keys())
+        self._store = store if store is not None else dist.distributed_c10d._get_default_store()
+        if not isinstance(self._store, dist.Store):
+            raise Error(f"eplb.ProcessGroup.from_torch: store must be a torch.distributed.Store, got "
+                        f"{type(self._store).__name__}")
+        members = sorted(dist.get_process_group_ranks(self._group))
         self._prefix = f"eplb/{zlib.crc32(repr(members).encode()):08x}/{next(_instances)}"
         self._sequence = 0
         self._broken = ""

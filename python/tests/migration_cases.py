@@ -162,6 +162,34 @@ def killed_rank(rank: int, world: int, victim: int) -> dict:
 
 
 # (name, fault spec, timeout, retries): retried to success, or aborted on every rank.
+def explicit_store(rank: int, world: int) -> dict:
+    """ProcessGroup.from_torch(store=...): eplb's check-in keys in a TCPStore of the test's own."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from spawned import free_port
+
+    port = [free_port() if rank == 0 else 0]
+    dist.broadcast_object_list(port, src=0)
+    store = dist.TCPStore("127.0.0.1", port[0], world, rank == 0, timedelta(seconds=20))
+    group = eplb.ProcessGroup.from_torch(None, store=store)
+    layers, slots, experts = 2, 3, 4
+    rng = np.random.default_rng(11)
+    old = random_placement(rng, layers, slots * world, experts)
+    new = random_placement(rng, layers, slots * world, experts)
+    weights = make_weights(layers, slots, "plain")
+    fill(weights, old, rank)
+    report = eplb.Migrator(weights, group=group, timeout=20).migrate(old, new)
+    keys = store.num_keys()  # eplb's check-in counters live here (plus the store's own)
+    try:
+        eplb.ProcessGroup.from_torch(None, store="127.0.0.1:29500")
+        refused = None
+    except eplb.Error as failure:
+        refused = str(failure)
+    return {"wrong": mismatches(weights, new, rank), "verified": report["verified"], "keys": keys,
+            "refused": refused}
+
+
 FAULTS = [("err retried", "err=0.3", 10.0, 12), ("corrupt retried", "corrupt=0.3", 10.0, 12),
           ("stall retried", "stall=0.25", 1.0, 12), ("err aborted", "err=1.0", 10.0, 1)]
 
@@ -172,6 +200,7 @@ def suite(rank: int, world: int, fault_names: list[str]) -> dict:
     if world == 2:
         results["no_change"] = no_change(rank, world)
         results["layout"] = layout_mismatch(rank, world)
+        results["explicit_store"] = explicit_store(rank, world)
     results["faults"] = {name: faults(rank, world, spec, timeout, retries)
                          for name, spec, timeout, retries in FAULTS if name in fault_names}
     return results

@@ -49,6 +49,14 @@ def test_no_change_moves_nothing(two_ranks):
         assert result["no_change"] == {"moved": 0, "changed": [False, False], "wrong": []}
 
 
+def test_collectives_check_in_under_a_store_the_caller_gives(two_ranks):
+    for rank, result in enumerate(two_ranks):
+        case = result["explicit_store"]
+        assert case["wrong"] == [] and case["verified"] is True, f"rank {rank} {case}"
+        assert case["keys"] > 2, f"rank {rank}: eplb's check-in keys are not in the given store: {case}"
+        assert "store must be a torch.distributed.Store, got str" in case["refused"]
+
+
 def test_layout_mismatch_is_refused_on_every_rank(two_ranks):
     for result in two_ranks:
         layout = result["layout"]

@@ -135,8 +135,15 @@ def faults(rank: int, world: int, spec: str, timeout: float, retries: int) -> di
     return outcome
 
 
-def killed_rank(rank: int, world: int, victim: int) -> dict:
-    """The victim dies (SIGKILL) after layer 0; the others must raise PeerLostError naming it."""
+def killed_rank(rank: int, world: int, victim: int, store_port: int | None = None) -> dict:
+    """The victim dies (SIGKILL) after layer 0; the others must raise PeerLostError naming it.
+
+    store_port: eplb's check-in keys go to a TCPStore served there (by the test process), not to the
+    default group's store on rank 0, so that rank 0 itself can be the victim.
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
     layers, slots, experts = 4, 2, world
     rng = np.random.default_rng(5)
     old = random_placement(rng, layers, slots * world, experts)
@@ -149,7 +156,11 @@ def killed_rank(rank: int, world: int, victim: int) -> dict:
             os.kill(os.getpid(), signal.SIGKILL)
 
     timeout = 8.0
-    migrator = eplb.Migrator(weights, timeout=timeout, on_layer=on_layer)
+    group = None
+    if store_port is not None:
+        store = dist.TCPStore("127.0.0.1", store_port, None, False, timedelta(seconds=20))
+        group = eplb.ProcessGroup.from_torch(None, store=store)
+    migrator = eplb.Migrator(weights, group=group, timeout=timeout, on_layer=on_layer)
     import time
     started = time.monotonic()
     try:
@@ -161,7 +172,6 @@ def killed_rank(rank: int, world: int, victim: int) -> dict:
                 "layer": failure.layer, "operation": failure.operation}
 
 
-# (name, fault spec, timeout, retries): retried to success, or aborted on every rank.
 def explicit_store(rank: int, world: int) -> dict:
     """ProcessGroup.from_torch(store=...): eplb's check-in keys in a TCPStore of the test's own."""
     from datetime import timedelta
@@ -190,6 +200,7 @@ def explicit_store(rank: int, world: int) -> dict:
             "refused": refused}
 
 
+# (name, fault spec, timeout, retries): retried to success, or aborted on every rank.
 FAULTS = [("err retried", "err=0.3", 10.0, 12), ("corrupt retried", "corrupt=0.3", 10.0, 12),
           ("stall retried", "stall=0.25", 1.0, 12), ("err aborted", "err=1.0", 10.0, 1)]
 

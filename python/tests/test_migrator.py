@@ -85,13 +85,28 @@ def test_unrecoverable_faults_abort_consistently(request, ranks):
     assert len({outcome["error"] for outcome in outcomes}) == 1  # the same explanation everywhere
 
 
-def test_killed_rank_is_named_by_the_others_within_the_deadline(tmp_path):
-    victim = 1
-    results = run_ranks(tmp_path, 3, cases.killed_rank, victim)
+def check_victim_named(results, victim):
     assert results[victim] != 0 and not isinstance(results[victim], dict)  # it died (no result)
-    for rank in (0, 2):
+    for rank in sorted({0, 1, 2} - {victim}):
         outcome = results[rank]
         assert outcome["type"] == "PeerLostError", outcome
         assert outcome["peer"] == victim and f"rank {victim} lost" in outcome["error"]
         assert outcome["seconds"] < outcome["timeout"]
         assert outcome["committed"] == [0] and outcome["layer"] == 1
+
+
+def test_killed_rank_is_named_by_the_others_within_the_deadline(tmp_path):
+    check_victim_named(run_ranks(tmp_path, 3, cases.killed_rank, 1), 1)
+
+
+def test_killed_rank_zero_is_named_when_the_store_lives_outside_the_ranks(tmp_path):
+    """The default group's store dies with rank 0; a store the caller serves elsewhere does not."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from spawned import free_port
+
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, None, True, timedelta(seconds=30), wait_for_workers=False)
+    check_victim_named(run_ranks(tmp_path, 3, cases.killed_rank, 0, port), 0)
+    del store

@@ -105,9 +105,12 @@ class StepGate {
  public:
   explicit StepGate(int lead_steps) : lead_(lead_steps) {}
   // Progress thread.
-  // Records and returns the step the vote carries; the serving thread waits
-  // for its result at most `vote_seconds` (+ a margin) past step + lead.
-  int64_t vote_cast(double vote_seconds);
+  // Records and returns the step the vote carries: the serving thread's
+  // current step, so it waits (at most `vote_seconds`) for the serving
+  // thread's first commit_ready on this handle (steps need not start at 0).
+  // The serving thread waits for the result at most `vote_seconds` (+ a
+  // margin) past step + lead.
+  Result<int64_t> vote_cast(double vote_seconds);
   int lead() const { return lead_; }
   // Hands over the commit of `layer` at `step` (-1: at the next step, no
   // agreement needed) and waits until the serving thread ran it.

@@ -16,9 +16,18 @@ constexpr double kWaitMargin = 5.0;  // seconds the serving thread waits past th
 
 }  // namespace
 
-int64_t StepGate::vote_cast(double vote_seconds) {
-  std::lock_guard lock(mutex_);
-  cast_step_ = std::max<int64_t>(step_, 0);
+Result<int64_t> StepGate::vote_cast(double vote_seconds) {
+  std::unique_lock lock(mutex_);
+  // Before the serving thread's first commit_ready on this handle its step
+  // is unknown (a caller's steps run on across rounds): casting 0 would let
+  // the others agree on a step this rank has long passed.
+  const Deadline deadline = Deadline::after_seconds(vote_seconds);
+  if (!changed_.wait_until(lock, deadline.at(), [&] { return step_ >= 0 || closed_; }))
+    return error(Code::Timeout, fmt::format("the serving thread did not call commit_ready within {:.1f} s, so this "
+                                            "rank has no serving step to agree a commit step on",
+                                            vote_seconds));
+  if (closed_) return error(Code::Aborted, "the async migration was closed before its vote");
+  cast_step_ = step_;
   vote_seconds_ = vote_seconds;
   return *cast_step_;
 }
@@ -115,6 +124,7 @@ Result<std::vector<int>> StepGate::commit_ready(int64_t step, int max_layers) {
   if (step <= step_)
     return error(Code::InvalidArgument, fmt::format("commit_ready: step {} after step {} (steps must increase)",
                                                     step, step_));
+  if (step_ < 0) changed_.notify_all();  // a vote may wait for the first step (vote_cast)
   step_ = step;
   EPLB_TRY(wait_for_result(lock, step));
   if (!failure_.is_ok()) return failure_;
@@ -155,7 +165,8 @@ Result<bool> gather_votes(ProcessGroup& group, StepGate& gate, bool yes, const s
 Result<int64_t> agree_on_step(ProcessGroup& group, StepGate& gate, double vote_seconds) {
   bytes::Writer writer;
   writer.raw(kStepMagic);
-  writer.u64(uint64_t(gate.vote_cast(vote_seconds)));
+  EPLB_ASSIGN_OR_RETURN(const int64_t my_step, gate.vote_cast(vote_seconds));
+  writer.u64(uint64_t(my_step));
   auto gathered = group.allgather(writer.take(), Deadline::after_seconds(vote_seconds));
   if (!gathered) return gathered.status();
   int64_t latest = 0;

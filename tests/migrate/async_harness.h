@@ -68,6 +68,8 @@ struct Scenario {
   std::string fault_spec;
   MigrateOptions options;      // options.commit == Swap: the store gets spare buffers
   int64_t abort_at_step = -1;  // rank 0 calls abort() at this step
+  int64_t first_step = 0;      // the serving steps' first number (they run on across rounds)
+  int first_call_delay_ms = 0;  // every rank sleeps this long after start() before its first commit_ready
 };
 
 // One rank's serving loop while one round runs; `step` runs on.
@@ -101,13 +103,14 @@ inline void run_rank_rounds(Migrator& migrator, ExpertStore& store, Placement& c
                             const std::vector<Placement>& targets, std::barrier<>& steps,
                             std::vector<std::atomic<int>>& ranks_done, const Scenario& scenario, int rank,
                             AsyncRank& result) {
-  int64_t step = 0;
+  int64_t step = scenario.first_step;
   for (size_t round = 0; round < targets.size(); ++round) {
     auto handle = migrator.start(current, targets[round]);
     if (!handle) {
       result.setup = handle.status();
       return;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(scenario.first_call_delay_ms));
     result.failure = Status::ok();
     result.commit_steps.clear();
     serve(**handle, store, current, steps, ranks_done[round], scenario.topology.num_ranks, scenario, rank, step,

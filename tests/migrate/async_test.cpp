@@ -35,6 +35,29 @@ TEST(AsyncMigration, EveryRankCommitsEachLayerAtTheSameStep) {
   }
 }
 
+// A handle learns the serving step from its first commit_ready: a vote
+// reached before that call waits for it instead of casting step 0 (steps run
+// on across rounds here and start at 1000; the progress threads vote while
+// the serving threads sleep). Before the fix: "layer 0 was to commit at
+// step 2, the serving thread is at step 1000".
+TEST(AsyncMigration, StepsNeedNotStartAtZeroAndTheFirstCallMayComeLate) {
+  Scenario scenario;
+  scenario.topology = {2, 8, 12, 2, 2, 2};
+  scenario.first_step = 1000;
+  scenario.first_call_delay_ms = 300;
+  const std::vector<Placement> targets = {shuffled_placement(scenario.topology, 6),
+                                          shuffled_placement(scenario.topology, 7)};
+  auto results = run_async(scenario, targets);
+  expect_consistent(results);
+  for (const auto& result : results) {
+    EXPECT_EQ(result.rounds_run, 2);
+    EXPECT_TRUE(result.failure) << result.failure.to_string();
+    EXPECT_TRUE(result.report.status) << result.report.status.to_string();
+    EXPECT_EQ(mapping_hash(result.final_placement), mapping_hash(targets.back()));
+    for (auto [layer, step] : result.commit_steps) EXPECT_GT(step, 1000) << "layer " << layer;
+  }
+}
+
 TEST(AsyncMigration, CorruptionIsRetriedInTheBackground) {
   Scenario scenario;
   scenario.topology = {3, 8, 12, 2, 2, 2};

@@ -22,13 +22,12 @@ void pack_interleaved(const BatchPacker::State* states, int num_jobs, int first_
       const uint32_t pack = uint32_t(st.tree[1]);  // lightest non-full pack, lowest index
       const int32_t rank = st.filled[pack]++;
       st.position[uint32_t(key)] = int32_t(pack) * per_pack + rank;
-      uint64_t next = kNever;  // full: never chosen again
-      if (rank + 1 < per_pack) {
-        const float sum = st.load[pack] + value_of_descending(key);  // float32, in assignment order
-        st.load[pack] = sum;
-        next = (uint64_t(std::bit_cast<uint32_t>(sum)) << 32) | pack;  // a sum from +0 is never -0
-      }
-      update_path<kLeaves>(st.tree, leaves, int(pack), next);
+      // Branch-free: a pack fills at an unpredictable step. A full pack's
+      // load is still updated, but its key is kNever: never chosen again.
+      const float sum = st.load[pack] + value_of_descending(key);  // float32, in assignment order
+      st.load[pack] = sum;
+      const uint64_t open = (uint64_t(std::bit_cast<uint32_t>(sum)) << 32) | pack;  // a sum from +0 is never -0
+      update_path<kLeaves>(st.tree, leaves, int(pack), rank + 1 < per_pack ? open : kNever);
     }
 }
 
@@ -68,6 +67,11 @@ void BatchPacker::run(const Job* jobs, int num_jobs, int num_items, int num_pack
   if (per_pack == 1) {  // the published special case: item i to pack i
     for (int b = 0; b < num_jobs; ++b)
       for (int i = 0; i < num_items; ++i) jobs[b].position[i] = i;
+    return;
+  }
+  if (num_packs == 1) {  // one pack takes every item in packing order
+    for (int b = 0; b < num_jobs; ++b)
+      for (int i = 0; i < num_items; ++i) jobs[b].position[index_of(jobs[b].items[i])] = i;
     return;
   }
   const int leaves = leaves_for(num_packs);

@@ -31,7 +31,7 @@ void pack_interleaved(const BatchPacker::State* states, int num_jobs, int first_
       const uint64_t lightest = st.tree[1];  // lightest non-full pack, lowest index
       const uint32_t pack = uint32_t(lightest) >> fill_bits, rank = uint32_t(lightest) & fill_mask;
       st.position[uint32_t(key)] = int32_t(pack * uint32_t(per_pack) + rank);
-      // float32, in assignment order; branch-free: a full pack gets kNever.
+      // float32, in assignment order; a full pack gets kNever: never chosen again.
       const float sum = std::bit_cast<float>(uint32_t(lightest >> 32)) + value_of_descending(key);
       const uint64_t next = (uint64_t(std::bit_cast<uint32_t>(sum)) << 32) | (uint32_t(lightest) + 1);
       update_path<kLeaves>(st.tree, leaves, int(pack), int(rank) + 1 < per_pack ? next : kNever);

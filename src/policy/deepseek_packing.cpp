@@ -8,27 +8,33 @@ namespace eplb::deepseek_detail {
 
 namespace {
 
+// A pack's tree key: its float32 load in the high half (a sum from +0 is
+// never -0), then pack << fill_bits | the items it holds. Equal loads order
+// by pack index as the rule asks (two keys never share a pack), and the
+// minimum key alone gives the lightest pack, its load and its fill.
+inline uint64_t pack_key(float load, uint32_t pack, int fill_bits, uint32_t filled) {
+  return (uint64_t(std::bit_cast<uint32_t>(load)) << 32) | (pack << fill_bits) | filled;
+}
+
 // One greedy step of every job per round: the jobs' dependency chains
 // (find the lightest pack, add to it, update its tree) overlap. kLeaves > 0
 // fixes the tree size at compile time so the path update is unrolled.
 template <int kLeaves>
 void pack_interleaved(const BatchPacker::State* states, int num_jobs, int first_step, int num_items, int per_pack,
-                      int run_leaves) {
+                      int fill_bits, int run_leaves) {
   const int leaves = kLeaves > 0 ? kLeaves : run_leaves;
+  const uint32_t fill_mask = (uint32_t(1) << fill_bits) - 1;
   for (int step = first_step; step < num_items; ++step)
     for (int b = 0; b < num_jobs; ++b) {  // independent chains, interleaved
       const BatchPacker::State st = states[b];
       const uint64_t key = st.items[step];
-      const uint32_t pack = uint32_t(st.tree[1]);  // lightest non-full pack, lowest index
-      const int32_t rank = st.filled[pack]++;
-      st.position[uint32_t(key)] = int32_t(pack) * per_pack + rank;
-      uint64_t next = kNever;  // full: never chosen again
-      if (rank + 1 < per_pack) {
-        const float sum = st.load[pack] + value_of_descending(key);  // float32, in assignment order
-        st.load[pack] = sum;
-        next = (uint64_t(std::bit_cast<uint32_t>(sum)) << 32) | pack;  // a sum from +0 is never -0
-      }
-      update_path<kLeaves>(st.tree, leaves, int(pack), next);
+      const uint64_t lightest = st.tree[1];  // lightest non-full pack, lowest index
+      const uint32_t pack = uint32_t(lightest) >> fill_bits, rank = uint32_t(lightest) & fill_mask;
+      st.position[uint32_t(key)] = int32_t(pack * uint32_t(per_pack) + rank);
+      // float32, in assignment order; a full pack gets kNever: never chosen again.
+      const float sum = std::bit_cast<float>(uint32_t(lightest >> 32)) + value_of_descending(key);
+      const uint64_t next = (uint64_t(std::bit_cast<uint32_t>(sum)) << 32) | (uint32_t(lightest) + 1);
+      update_path<kLeaves>(st.tree, leaves, int(pack), int(rank) + 1 < per_pack ? next : kNever);
     }
 }
 
@@ -39,24 +45,21 @@ void pack_interleaved(const BatchPacker::State* states, int num_jobs, int first_
 // empty and the lowest index wins; each item then makes its pack heavier
 // than the empty ones): those steps are taken here, and the returned first
 // step of the greedy loop skips them.
-int BatchPacker::start_jobs(const Job* jobs, int num_jobs, int num_packs, int per_pack, int leaves) {
+int BatchPacker::start_jobs(const Job* jobs, int num_jobs, int num_packs, int per_pack, int leaves, int fill_bits) {
   bool positive = num_packs >= 2;
   for (int b = 0; b < num_jobs && positive; ++b) positive = value_of_descending(jobs[b].items[num_packs - 2]) > 0.0f;
   tree_.assign(size_t(2 * leaves) * size_t(num_jobs), kNever);
-  load_.assign(size_t(leaves) * size_t(num_jobs), 0.0f);
-  filled_.assign(size_t(leaves) * size_t(num_jobs), 0);
   states_.resize(size_t(num_jobs));
   for (int b = 0; b < num_jobs; ++b) {
     State& st = states_[size_t(b)];
-    st = {jobs[b].items, jobs[b].position, tree_.data() + size_t(2 * leaves) * size_t(b),
-          load_.data() + size_t(leaves) * size_t(b), filled_.data() + size_t(leaves) * size_t(b)};
+    st = {jobs[b].items, jobs[b].position, tree_.data() + size_t(2 * leaves) * size_t(b)};
     for (int p = 0; p < num_packs; ++p) {
+      uint64_t key = pack_key(0.0f, uint32_t(p), fill_bits, 0);
       if (positive) {
         st.position[index_of(st.items[p])] = p * per_pack;
-        st.load[p] = value_of_descending(st.items[p]);
-        st.filled[p] = 1;
+        key = pack_key(value_of_descending(st.items[p]), uint32_t(p), fill_bits, 1);
       }
-      st.tree[leaves + p] = ascending_key(st.load[p], p);
+      st.tree[leaves + p] = key;
     }
     build_tree(st.tree, leaves);
   }
@@ -70,10 +73,19 @@ void BatchPacker::run(const Job* jobs, int num_jobs, int num_items, int num_pack
       for (int i = 0; i < num_items; ++i) jobs[b].position[i] = i;
     return;
   }
+  if (num_packs == 1) {  // one pack takes every item in packing order
+    for (int b = 0; b < num_jobs; ++b)
+      for (int i = 0; i < num_items; ++i) jobs[b].position[index_of(jobs[b].items[i])] = i;
+    return;
+  }
+  // Pack and fill share the key's low half: num_items < 2^31 bounds
+  // bit_width(num_packs - 1) + bit_width(per_pack - 1) by 32.
+  const int fill_bits = int(std::bit_width(unsigned(per_pack - 1)));
   const int leaves = leaves_for(num_packs);
-  const int first_step = start_jobs(jobs, num_jobs, num_packs, per_pack, leaves);
+  const int first_step = start_jobs(jobs, num_jobs, num_packs, per_pack, leaves, fill_bits);
   dispatch_leaves(leaves, [&](auto fixed) {
-    pack_interleaved<decltype(fixed)::value>(states_.data(), num_jobs, first_step, num_items, per_pack, leaves);
+    pack_interleaved<decltype(fixed)::value>(states_.data(), num_jobs, first_step, num_items, per_pack, fill_bits,
+                                             leaves);
   });
 }
 

@@ -30,17 +30,13 @@ class BatchPacker {
   struct State {
     const uint64_t* items;
     int32_t* position;
-    uint64_t* tree;
-    float* load;
-    int32_t* filled;
+    uint64_t* tree;  // a tournament tree over the packs' keys: (load, pack, items held)
   };
 
  private:
-  int start_jobs(const Job* jobs, int num_jobs, int num_packs, int per_pack, int leaves);
+  int start_jobs(const Job* jobs, int num_jobs, int num_packs, int per_pack, int leaves, int fill_bits);
 
-  std::vector<uint64_t> tree_;   // per job: a tournament tree over its packs
-  std::vector<float> load_;      // per job and pack
-  std::vector<int32_t> filled_;  // per job and pack
+  std::vector<uint64_t> tree_;  // per job: a tournament tree over its packs
   std::vector<State> states_;
 };
 

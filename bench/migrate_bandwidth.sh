@@ -8,6 +8,8 @@
 # reads within + across nodes). The memcpy peer (bench/memcpy_bench) copies
 # the same bytes in 8 MiB rows between two distinct buffers each at least
 # 4x the last-level cache, one measurement per migration round.
+# Also prints the CPU time other processes took during the migration run
+# (above 10% of the cores: not a quiet measurement).
 # Target (issue 16): median ratio >= 0.8.
 # Usage: [LAYERS=4] [ROUNDS=5] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
 # Prints one row per round, then medians with min-max spread and the ratio
@@ -21,10 +23,32 @@ if [[ ! -x "$build/eplb" || ! -x "$build/bench/memcpy_bench" ]]; then
 fi
 json="$(mktemp /tmp/eplb_bandwidth.XXXXXX.json)"
 trap 'rm -f "$json"' EXIT
-"$build/eplb" run --ranks 4 --nodes 2 --bytes-per-expert 8MiB --layers "${LAYERS:-4}" --rounds "${ROUNDS:-5}" \
-  --json "$json" "$@" >/dev/null
-python3 - "$json" "$build/bench/memcpy_bench" <<'PY'
-import json, statistics, subprocess, sys
+python3 - "$json" "$build/bench/memcpy_bench" "$build/eplb" run --ranks 4 --nodes 2 --bytes-per-expert 8MiB \
+  --layers "${LAYERS:-4}" --rounds "${ROUNDS:-5}" --json "$json" "$@" <<'PY'
+import json, os, resource, statistics, subprocess, sys, time
+
+
+def busy_seconds():
+    """CPU seconds every process on this machine has used (user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:8]]
+    return (sum(fields[:3]) + sum(fields[4:7])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# The ranks share the cores with whatever else runs here. flock keeps other
+# benchmarks and builds out, not other work (and nice does not help against
+# another login session's processes while the kernel groups tasks per
+# session, sched_autogroup), so the run reports how much CPU went elsewhere.
+busy, own, start = busy_seconds(), children_seconds(), time.monotonic()
+subprocess.run(sys.argv[3:], stdout=subprocess.DEVNULL, check=True)
+wall = time.monotonic() - start
+other = max(0.0, (busy_seconds() - busy) - (children_seconds() - own))
+cores = os.cpu_count() or 1
 report = json.load(open(sys.argv[1]))
 memcpy = sys.argv[2]
 rounds = [r for r in report["rounds"] if r["bytes_moved"] > 0 and r["seconds"] > 0]
@@ -52,6 +76,9 @@ ratio = statistics.median(migrate) / statistics.median(copy)
 print("migrate median %.2f GB/s (%.2f-%.2f), memcpy DRAM->DRAM median %.2f GB/s (%.2f-%.2f), %d rounds" %
       (statistics.median(migrate), min(migrate), max(migrate), statistics.median(copy), min(copy), max(copy),
        len(rounds)))
+share = other / (wall * cores)
+print("other work on this machine during the migration run: %.1f of %.1f CPU-seconds (%.0f%% of %d cores)%s" %
+      (other, wall * cores, 100 * share, cores, "; NOT A QUIET MEASUREMENT" if share > 0.1 else ""))
 print("all slots verified: %s; ratio of medians %.2f, per-round ratios %.2f-%.2f (target >= 0.8)" %
       ("yes" if report["all_verified"] else "NO", ratio, min(m / c for m, c in zip(migrate, copy)),
        max(m / c for m, c in zip(migrate, copy))))

@@ -58,7 +58,7 @@ Result<RankSetup> set_up_rank(ProcessGroup& group, const RunOptions& options, co
   if (!agent) return agent.status().with_context(fmt::format("rank {}: creating the transfer agent", me));
   setup.agent = std::move(agent).value();
   MigrateOptions migrate = options.migrate;
-  if (options.serving.async && options.serving.commit == "swap") migrate.commit = CommitMode::Swap;
+  if (options.serving.commit == "swap") migrate.commit = CommitMode::Swap;
   auto store = ExpertStore::create_arena(layout, me * options.topology.slots_per_rank(), setup.agent.get(),
                                          migrate.commit == CommitMode::Swap);
   if (!store) return store.status().with_context(fmt::format("rank {}", me));

@@ -89,7 +89,7 @@ nlohmann::json round_json(const RoundSummary& round) {
 
 // The spare buffers of the swap commit: bytes per rank (0 with copy).
 uint64_t spare_bytes(const RunOptions& options, const RunSummary& summary) {
-  const bool swap = options.serving.async && options.serving.commit == "swap";
+  const bool swap = options.serving.commit == "swap";
   return swap && summary.layout.num_layers() > 0 ? rank_memory(summary.layout, true).spare_bytes : 0;
 }
 
@@ -113,12 +113,14 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
                        options.serving.slot_share * 100, serving_line(*summary.serving_idle));
   return fmt::format(
       "eplb run: {} ranks on {} nodes ({} bootstrap, {} transport), {}, policy {}\n"
-      "experts: {} each as [{}]; {} of expert weights per rank\n"
+      "experts: {} each as [{}]; {} of expert weights per rank{}\n"
       "transfers: {}; connections to peers use {}\n"
       "trace: {}; {} rounds of {} steps{}\n",
       topology.num_ranks, topology.num_nodes, labels.bootstrap, labels.transport, topology.to_string(),
       options.policy, format_bytes(summary.layout.bytes_per_expert(0)), fmt::join(tensors, ", "),
-      format_bytes(summary.layout.total_bytes()), summary.transports,
+      format_bytes(summary.layout.total_bytes()),
+      summary.serving_idle ? std::string() : spare_note(options, summary) + (spare_note(options, summary).empty() ? "" : " (--commit swap)"),
+      summary.transports,
       summary.peer_transports.empty() ? std::string("(no peer)") : fmt::format("{}", fmt::join(summary.peer_transports, ", ")),
       summary.trace_identity, options.rounds, options.window, faults.empty() ? "" : "; faults: " + faults) +
          idle;
@@ -180,6 +182,8 @@ std::string render_json_head(const RunOptions& options, const RunLabels& labels,
   for (const auto& tensor : options.tensors)
     json["tensors"].push_back({{"name", tensor.name}, {"bytes", tensor.bytes_per_expert}});
   json["trace"] = summary.trace_identity;
+  json["commit"] = options.serving.commit;
+  json["spare_bytes"] = spare_bytes(options, summary);
   if (summary.serving_idle) {
     json["serving_idle"] = serving_json(*summary.serving_idle);
     json["serving_options"] = {{"commit", options.serving.commit},

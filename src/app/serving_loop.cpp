@@ -140,9 +140,6 @@ Status check_serving_options(const RunOptions& options) {
   const ServingOptions& serving = options.serving;
   if (serving.commit != "copy" && serving.commit != "swap")
     return error(Code::InvalidArgument, fmt::format("--commit must be copy or swap, got '{}'", serving.commit));
-  if (!serving.async && serving.commit != "copy")
-    return error(Code::InvalidArgument, "--commit " + serving.commit + " needs --async (a synchronous round commits "
-                                         "every layer inside migrate, there is no serving step to commit at)");
   if (!(serving.step_ms >= 0 && serving.step_ms <= 10000))
     return error(Code::InvalidArgument, fmt::format("--step-ms must be in [0, 10000], got {}", serving.step_ms));
   if (!(serving.slot_share > 0 && serving.slot_share <= 1))

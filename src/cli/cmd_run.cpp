@@ -273,7 +273,7 @@ Status admit_on_this_machine(const RunOptions& options, int local_ranks, bool ov
   auto machine = read_machine_memory();
   if (!machine) return machine.status();
   RankMemory per_rank = rank_memory(StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), options.tensors),
-                                    options.serving.async && options.serving.commit == "swap");
+                                    options.serving.commit == "swap");
   return admit_memory(per_rank, local_ranks, over_ucx, *machine);
 }
 

@@ -156,12 +156,14 @@ void add_serving_options(CLI::App& run, RunArgs& args) {
                "A step waits for the other ranks at most the layer's transfer deadline (--timeout, or the\n"
                "automatic one) + 5 s; a rank lost or stopped longer stops the round (layers committed stay new)");
   args.commit_option = run.add_option("--commit", args.commit,
-                                      "with --async: how a layer commits at its agreed step: copy (staging rows are\n"
-                                      "copied into the live rows in the serving thread; no extra memory) or swap (the\n"
-                                      "new rows are written into a spare buffer of the layer in the background and\n"
-                                      "the commit swaps live and spare: no row copy in the serving thread, but ONE\n"
+                                      "how a layer commits (at its agreed step with --async): copy (staging rows\n"
+                                      "are copied into the live rows, in the serving thread with --async; no extra\n"
+                                      "memory) or swap (the new rows are written into a spare buffer of the layer,\n"
+                                      "in the background with --async, and the commit swaps live and spare: one\n"
+                                      "copy per moved byte instead of two and no row copy at commit, but ONE\n"
                                       "EXTRA LAYER OF MEMORY PER LAYER, i.e. twice the expert weights per rank;\n"
-                                      "counted by the memory admission, shown as spare_bytes in the report)")
+                                      "counted by the memory admission, shown as spare_bytes in the report; not\n"
+                                      "faster without --async on a 2-core VM, see docs/migrate.md Bandwidth)")
                            ->capture_default_str();
   args.step_ms_option = run.add_option("--step-ms", args.step_ms,
                                        "with --async: the least duration of a serving step in ms (the emulated\n"
@@ -184,7 +186,7 @@ void add_run_options(CLI::App& run, RunArgs& args) {
 }
 
 Status set_serving(const RunArgs& args, RunOptions& options) {
-  for (const CLI::Option* option : {args.commit_option, args.step_ms_option, args.serve_share_option})
+  for (const CLI::Option* option : {args.step_ms_option, args.serve_share_option})
     if (!args.async && option && option->count())
       return error(Code::InvalidArgument, option->get_name() + " needs --async (it sets the emulated serving loop)");
   options.serving.async = args.async;

@@ -81,6 +81,29 @@ TEST(RunCommand, LoopbackThreadsWithTensorsAndPolicy) {
   std::remove(json.c_str());
 }
 
+// --commit swap without --async: READs land in the spare buffer, the commit
+// swaps buffers; corrupted READs are caught and retried into the spare, so
+// every rank's live rows stay whole (old or new) and verify after each round.
+// Then the same over UCX shared memory.
+TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
+  std::string json = temp_path("sync_swap.json");
+  Outcome outcome = run(kBinary + " run --ranks 4 --transport loopback --commit swap --retries 10 "
+                                  "--inject corrupt=0.3,seed=4" + kSmall + " --json " + json);
+  expect_all_verified(outcome, json, 2);
+  auto parsed = read_json(json);
+  int retries = 0;
+  for (const auto& round : parsed["rounds"]) retries += round["retries"].get<int>();
+  EXPECT_GT(retries, 0) << outcome.output;
+  EXPECT_NE(outcome.output.find("of spare buffers per rank (--commit swap)"), std::string::npos) << outcome.output;
+  EXPECT_EQ(parsed["commit"], "swap");
+  EXPECT_GT(parsed["spare_bytes"].get<uint64_t>(), 0u);
+  std::remove(json.c_str());
+  // Over UCX shared memory, peers read whichever buffer a rank published live.
+  Outcome over_shm = run(kBinary + " run --ranks 2 --nodes 2 --transport shm --commit swap" + kSmall + " --json " + json);
+  expect_all_verified(over_shm, json, 2);
+  std::remove(json.c_str());
+}
+
 TEST(RunCommand, BadOptionsFailWithOneClearLine) {
   Outcome bad_tensors = run(kBinary + " run --transport loopback --tensors a:4,a:8");
   EXPECT_EQ(bad_tensors.exit_code, 2) << bad_tensors.output;

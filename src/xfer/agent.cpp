@@ -93,6 +93,7 @@ Agent::Impl::Impl(std::string name, std::unique_ptr<Backend> backend, bool map_p
 Agent::Impl::~Impl() {
   // Backend requests first (they cancel), then what they point into.
   requests_.clear();
+  last_request_ = nullptr;
   lists_.clear();
   peers_.clear();
   regions_.clear();

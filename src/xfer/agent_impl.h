@@ -119,6 +119,16 @@ class Agent::Impl {
 
  private:
   uint64_t next_handle() { return next_handle_++; }
+  // The request `id`, or null. Remembers the last one found: a reposted
+  // request is posted and polled by the same id over and over.
+  RequestStateRecord* find_request(RequestId id) {
+    if (id == last_request_id_ && last_request_ != nullptr) return last_request_;
+    auto found = requests_.find(id);
+    if (found == requests_.end()) return nullptr;
+    last_request_id_ = id;
+    last_request_ = found->second.get();
+    return last_request_;
+  }
   Result<AgentMetadata> build_metadata(std::span<const RegionId> regions, bool all) const;
   Status add_remote_regions(PeerState& peer, const AgentMetadata& metadata);
   void drop_unlisted_regions(PeerState& peer, const AgentMetadata& metadata);
@@ -146,6 +156,8 @@ class Agent::Impl {
   std::map<std::string, std::shared_ptr<PeerState>> peers_;
   std::map<DescriptorListId, std::shared_ptr<DescriptorListState>> lists_;
   std::map<RequestId, std::unique_ptr<RequestStateRecord>> requests_;
+  RequestId last_request_id_ = 0;  // find_request's memory; cleared by release
+  RequestStateRecord* last_request_ = nullptr;
 };
 
 }  // namespace eplb::xfer

@@ -93,6 +93,7 @@ Agent::Impl::Impl(std::string name, std::unique_ptr<Backend> backend, bool map_p
 Agent::Impl::~Impl() {
   // Backend requests first (they cancel), then what they point into.
   requests_.clear();
+  last_request_ = nullptr;
   lists_.clear();
   peers_.clear();
   regions_.clear();
@@ -180,6 +181,7 @@ Result<AgentMetadata> Agent::Impl::build_metadata(std::span<const RegionId> ids,
 
 Result<std::vector<uint8_t>> Agent::Impl::export_metadata() const {
   EPLB_ASSIGN_OR_RETURN(AgentMetadata metadata, build_metadata({}, true));
+  metadata.complete = true;
   return encode_metadata(metadata);
 }
 
@@ -190,11 +192,11 @@ Result<std::vector<uint8_t>> Agent::Impl::export_metadata(std::span<const Region
 
 // Unpacks the keys of regions not yet known; all or nothing.
 Status Agent::Impl::add_remote_regions(PeerState& peer, const AgentMetadata& metadata) {
-  std::map<uint64_t, RemoteRegionState> added;
+  std::map<uint64_t, std::shared_ptr<RemoteRegionState>> added;
   for (const RegionMetadata& region : metadata.regions) {
     auto known = peer.regions.find(region.id);
     if (known != peer.regions.end()) {
-      if (known->second.metadata == region) continue;
+      if (known->second->metadata == region) continue;
       return error(
           Code::NotAllowed,
           fmt::format(
@@ -206,10 +208,31 @@ Status Agent::Impl::add_remote_regions(PeerState& peer, const AgentMetadata& met
       return key.status().with_context(
           fmt::format("agent {}: remote key of region {} of agent {}", name_, region.id, peer.name));
     if (map_peer_memory_eagerly_) (*key)->map_eagerly(region.address, region.length);
-    added[region.id] = RemoteRegionState{region, std::move(key).value()};
+    added[region.id] = std::make_shared<RemoteRegionState>(RemoteRegionState{region, std::move(key).value()});
   }
   for (auto& [id, state] : added) peer.regions[id] = std::move(state);
   return Status::ok();
+}
+
+// A full export lists every region the peer has: the ones it no longer
+// lists were deregistered there. They leave the peer (new lists cannot
+// reach them) and lists already pointing into them become stale; their
+// keys live on with those lists, so a request still running finishes.
+void Agent::Impl::drop_unlisted_regions(PeerState& peer, const AgentMetadata& metadata) {
+  if (!metadata.complete) return;  // a partial export says nothing about the others
+  std::set<uint64_t> listed;
+  for (const RegionMetadata& region : metadata.regions) listed.insert(region.id);
+  bool dropped = false;
+  for (auto it = peer.regions.begin(); it != peer.regions.end();) {
+    if (listed.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    it->second->withdrawn = true;
+    it = peer.regions.erase(it);
+    dropped = true;
+  }
+  if (dropped) ++peer.withdrawals;
 }
 
 Result<std::string> Agent::Impl::load_metadata(std::span<const uint8_t> bytes) {
@@ -227,6 +250,7 @@ Result<std::string> Agent::Impl::load_metadata(std::span<const uint8_t> bytes) {
                                          " changed since it was loaded (restarted?); invalidate_peer(\"" + peer.name +
                                          "\") first");
     EPLB_TRY(add_remote_regions(peer, metadata));
+    drop_unlisted_regions(peer, metadata);
     return metadata.agent_name;
   }
   auto connection = backend_->connect(metadata.agent_name, metadata.connection_info);
@@ -262,6 +286,7 @@ Status Agent::Impl::invalidate_peer(const std::string& name) {
                                                  " was invalidated");
   }
   ++peer_generations_[name];
+  found->second->invalidated = true;
   peers_.erase(found);
   return Status::ok();
 }

@@ -25,18 +25,24 @@ struct LocalRegionState {
   std::unique_ptr<BackendMemory> memory;
 };
 
+// A peer's region. Lists that point into it share it, so its key outlives
+// the peer's entry: a region the peer's full metadata no longer lists is
+// `withdrawn` and dropped from the peer, and lists using it are stale.
 struct RemoteRegionState {
   RegionMetadata metadata;
   std::unique_ptr<BackendRemoteKey> key;
+  bool withdrawn = false;
 };
 
 // A loaded peer. Member order: keys are destroyed before the connection.
 struct PeerState {
   std::string name;
   uint64_t generation = 0;
+  bool invalidated = false;  // invalidate_peer(): every list against it is stale
+  uint64_t withdrawals = 0;  // how many times a full export dropped regions
   std::vector<uint8_t> connection_info;
   std::unique_ptr<BackendPeer> connection;
-  std::map<uint64_t, RemoteRegionState> regions;  // by the peer's region id
+  std::map<uint64_t, std::shared_ptr<RemoteRegionState>> regions;  // by the peer's region id
 };
 
 struct ListEntry {
@@ -51,6 +57,8 @@ struct DescriptorListState {
   std::shared_ptr<PeerState> peer;  // remote lists
   uint64_t peer_generation = 0;  // the peer's generation when prepared (for messages)
   std::vector<std::shared_ptr<LocalRegionState>> regions;  // local lists: the regions entries point into
+  std::vector<std::shared_ptr<RemoteRegionState>> remote_regions;  // remote lists: the same
+  mutable uint64_t withdrawals_checked = 0;  // the peer's withdrawals when last found not stale
   std::vector<ListEntry> entries;
 };
 
@@ -111,14 +119,31 @@ class Agent::Impl {
 
  private:
   uint64_t next_handle() { return next_handle_++; }
+  // The request `id`, or null. Remembers the last one found: a reposted
+  // request is posted and polled by the same id over and over.
+  RequestStateRecord* find_request(RequestId id) {
+    if (id == last_request_id_ && last_request_ != nullptr) return last_request_;
+    auto found = requests_.find(id);
+    if (found == requests_.end()) return nullptr;
+    last_request_id_ = id;
+    last_request_ = found->second.get();
+    return last_request_;
+  }
   Result<AgentMetadata> build_metadata(std::span<const RegionId> regions, bool all) const;
   Status add_remote_regions(PeerState& peer, const AgentMetadata& metadata);
+  void drop_unlisted_regions(PeerState& peer, const AgentMetadata& metadata);
   // Polls one request's backend (if running) and updates its phase.
   void poll(RequestStateRecord& request);
   void start_clock_unless_done(RequestStateRecord& request);
   std::string describe(const RequestStateRecord& request) const;  // "READ of 9 descriptors (396 MiB) from agent x"
-  // A remote list is stale once its peer was invalidated (even if reloaded since).
-  bool is_stale(const DescriptorListState& list) const;
+  // A remote list is stale once its peer was invalidated (even if reloaded
+  // since) or a region it points into was withdrawn. Cheap while neither
+  // happened: two loads, no lookup (it runs on every post).
+  bool is_stale(const DescriptorListState& list) const {
+    return list.remote && (list.peer->invalidated ||
+                           (list.peer->withdrawals != list.withdrawals_checked && uses_withdrawn_region(list)));
+  }
+  bool uses_withdrawn_region(const DescriptorListState& list) const;
   Status stale_list_error(const DescriptorListState& list, const std::string& what) const;
   Status fail_request(RequestStateRecord& request, const Status& backend_failure);
 
@@ -131,6 +156,8 @@ class Agent::Impl {
   std::map<std::string, std::shared_ptr<PeerState>> peers_;
   std::map<DescriptorListId, std::shared_ptr<DescriptorListState>> lists_;
   std::map<RequestId, std::unique_ptr<RequestStateRecord>> requests_;
+  RequestId last_request_id_ = 0;  // find_request's memory; cleared by release
+  RequestStateRecord* last_request_ = nullptr;
 };
 
 }  // namespace eplb::xfer

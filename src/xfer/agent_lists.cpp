@@ -86,6 +86,7 @@ Result<DescriptorListId> Agent::Impl::prepare_remote(const std::string& peer_nam
   list->remote = true;
   list->peer = found->second;
   list->peer_generation = peer.generation;
+  list->withdrawals_checked = peer.withdrawals;
   list->entries.reserve(descriptors.size());
   for (size_t i = 0; i < descriptors.size(); ++i) {
     const Descriptor& descriptor = descriptors[i];
@@ -96,13 +97,15 @@ Result<DescriptorListId> Agent::Impl::prepare_remote(const std::string& peer_nam
     // new memory at the same addresses (metadata loaded again) is read
     // through the new key; an older key may map memory it no longer uses.
     for (auto newest = peer.regions.rbegin(); newest != peer.regions.rend(); ++newest) {
-      const RemoteRegionState& region = newest->second;
+      const RemoteRegionState& region = *newest->second;
       if (!contains(region.metadata.address, region.metadata.length, descriptor)) continue;
       if (region.metadata.device_id != descriptor.device_id) {
         other_device = &region;
         continue;
       }
       match = &region;
+      if (list->remote_regions.empty() || list->remote_regions.back() != newest->second)
+        list->remote_regions.push_back(newest->second);
       break;
     }
     if (match == nullptr) {
@@ -130,13 +133,22 @@ Status Agent::Impl::release_descriptor_list(DescriptorListId id) {
   return Status::ok();
 }
 
-bool Agent::Impl::is_stale(const DescriptorListState& list) const {
-  if (!list.remote) return false;
-  auto found = peers_.find(list.peer->name);
-  return found == peers_.end() || found->second->generation != list.peer_generation;
+bool Agent::Impl::uses_withdrawn_region(const DescriptorListState& list) const {
+  for (const auto& region : list.remote_regions)
+    if (region->withdrawn) return true;
+  list.withdrawals_checked = list.peer->withdrawals;  // none of its regions: fast again
+  return false;
 }
 
 Status Agent::Impl::stale_list_error(const DescriptorListState& list, const std::string& what) const {
+  if (!list.peer->invalidated) {
+    for (const auto& region : list.remote_regions)
+      if (region->withdrawn)
+        return error(Code::NotAllowed,
+                     fmt::format("agent {}: {} points into region {} of agent {}, which the agent's full metadata no "
+                                 "longer lists (deregistered there); prepare the list again",
+                                 name_, what, region->metadata.id, list.peer->name));
+  }
   return error(Code::NotAllowed, "agent " + name_ + ": " + what + " was prepared against agent " + list.peer->name +
                                      " before it was invalidated; load its metadata and prepare the list again");
 }

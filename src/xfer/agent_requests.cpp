@@ -124,9 +124,9 @@ Status Agent::Impl::fail_request(RequestStateRecord& request, const Status& back
 }
 
 Status Agent::Impl::post(RequestId id) {
-  auto found = requests_.find(id);
-  if (found == requests_.end()) return error(Code::NotFound, fmt::format("agent {}: no request {}", name_, id));
-  RequestStateRecord& request = *found->second;
+  RequestStateRecord* found = find_request(id);
+  if (found == nullptr) return error(Code::NotFound, fmt::format("agent {}: no request {}", name_, id));
+  RequestStateRecord& request = *found;
   if (request.phase == RequestPhase::InProgress)
     return error(
         Code::NotAllowed,
@@ -179,10 +179,10 @@ void Agent::Impl::poll(RequestStateRecord& request) {
 }
 
 RequestStatus Agent::Impl::status(RequestId id) {
-  auto found = requests_.find(id);
-  if (found == requests_.end())
+  RequestStateRecord* found = find_request(id);
+  if (found == nullptr)
     return {RequestState::Failed, error(Code::NotFound, fmt::format("agent {}: no request {}", name_, id))};
-  RequestStateRecord& request = *found->second;
+  RequestStateRecord& request = *found;
   if (request.phase == RequestPhase::InProgress) {
     poll(request);  // often done already (a transfer served inline)
     if (request.phase == RequestPhase::InProgress) {
@@ -205,6 +205,7 @@ Status Agent::Impl::release(RequestId id) {
   auto found = requests_.find(id);
   if (found == requests_.end())
     return error(Code::NotFound, fmt::format("agent {}: no request {} (released already?)", name_, id));
+  if (id == last_request_id_) last_request_ = nullptr;
   requests_.erase(found);  // destroying the backend request cancels it
   return Status::ok();
 }

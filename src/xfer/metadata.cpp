@@ -95,7 +95,7 @@ Result<size_t> check_frame(std::span<const uint8_t> data) {
     return reader.fail(4, fmt::format("unsupported version {} (this build reads version {})", version,
                                       kMetadataVersion));
   const uint16_t flags = bytes::load<uint16_t>(data.data() + 6);
-  if (flags != 0) return reader.fail(6, fmt::format("unknown flags {}", flags));
+  if ((flags & ~kMetadataComplete) != 0) return reader.fail(6, fmt::format("unknown flags {}", flags));
   const uint32_t total = bytes::load<uint32_t>(data.data() + 8);
   if (total < data.size()) return reader.fail(total, fmt::format("trailing garbage: header says {} bytes", total));
   if (total > data.size()) return reader.fail(data.size(), fmt::format("truncated: header says {} bytes", total));
@@ -166,7 +166,7 @@ Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata) {
   bytes::Writer writer;
   writer.raw(std::span<const uint8_t>(kMagic, sizeof kMagic));
   writer.u16(kMetadataVersion);
-  writer.u16(0);
+  writer.u16(metadata.complete ? kMetadataComplete : 0);
   writer.u32(0);  // total length, patched below
   writer.blob<uint16_t>(metadata.agent_name);
   writer.blob<uint16_t>(metadata.backend_name);
@@ -195,6 +195,7 @@ Result<AgentMetadata> decode_metadata(std::span<const uint8_t> data) {
   FieldReader body(data.first(body_end));
   EPLB_TRY(body.skip("header", kHeaderLength));  // checked by check_frame
   AgentMetadata metadata;
+  metadata.complete = (bytes::load<uint16_t>(data.data() + 6) & kMetadataComplete) != 0;
   EPLB_ASSIGN_OR_RETURN(metadata.agent_name, read_name(body, "agent name", kMaxAgentNameLength));
   EPLB_ASSIGN_OR_RETURN(metadata.backend_name, read_name(body, "backend name", kMaxBackendNameLength));
   std::span<const uint8_t> connection;

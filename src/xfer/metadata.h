@@ -2,7 +2,10 @@
 // Internal to src/xfer/.
 //
 // Layout (all integers little-endian):
-//   magic "EPXM" (4) | version u16 (=2) | flags u16 (=0) | total length u32
+//   magic "EPXM" (4) | version u16 (=2) | flags u16 | total length u32
+//   flags: bit 0 (kMetadataComplete) = the export lists every region the
+//   agent has registered (export_metadata()); clear for a partial export
+//   (export_metadata(regions)). Other bits are refused.
 //   agent name      u16 length + bytes (1..255, no NUL)
 //   backend name    u16 length + bytes (1..64)
 //   connection info u32 length + bytes (<= 1 MiB)
@@ -33,6 +36,7 @@ inline constexpr size_t kMaxConnectionInfoLength = 1u << 20;
 inline constexpr size_t kMaxRegionCount = 65536;
 inline constexpr size_t kMaxPackedKeyLength = 64u << 10;
 inline constexpr size_t kMaxMetadataLength = 64u << 20;
+inline constexpr uint16_t kMetadataComplete = 1;  // flags bit 0
 
 struct RegionMetadata {
   uint64_t id = 0;
@@ -50,6 +54,7 @@ struct AgentMetadata {
   std::string backend_name;
   std::vector<uint8_t> connection_info;
   std::vector<RegionMetadata> regions;
+  bool complete = false;  // every region the agent has (kMetadataComplete)
 
   bool operator==(const AgentMetadata&) const = default;
 };

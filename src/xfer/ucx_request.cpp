@@ -33,7 +33,7 @@ class UcxRequest final : public BackendRequest {
   void start(std::span<const TransferSegment> segments) {
     segments_.assign(segments.begin(), segments.end());
     pending_.reserve(segments.size() + 1);
-    issue();
+    if (resolve_segments()) issue();
   }
 
   // Done and nothing outstanding: issue the same gets / puts again, reusing
@@ -55,17 +55,33 @@ class UcxRequest final : public BackendRequest {
   }
 
  private:
-  void issue() {
-    const std::span<const TransferSegment> segments = segments_;
-    ucp_request_param_t param{};
-    for (const TransferSegment& segment : segments) {
-      if (segment.length == 0) continue;
-      const auto* rkey = static_cast<const UcxRemoteKey*>(segment.remote_key);
+  // Once per request (a repost reuses it): every key belongs to this peer,
+  // and where UCX maps the peer's memory here, the local address of each
+  // segment's remote bytes (ucp_rkey_ptr), so issue() does no lookup.
+  bool resolve_segments() {
+    mapped_.assign(segments_.size(), nullptr);
+    for (size_t i = 0; i < segments_.size(); ++i) {
+      const auto* rkey = static_cast<const UcxRemoteKey*>(segments_[i].remote_key);
       if (rkey == nullptr || rkey->peer() != peer_.get()) {
         fail(Code::Internal, "remote key does not belong to the endpoint of peer " + peer_->name);
-        return;
+        return false;
       }
-      if (copy_directly(segment, *rkey)) continue;
+      if (peer_->worker->copy_mapped_memory && segments_[i].length != 0)
+        mapped_[i] = rkey->mapped(segments_[i].remote_address);
+    }
+    return true;
+  }
+
+  void issue() {
+    ucp_request_param_t param{};
+    for (size_t i = 0; i < segments_.size(); ++i) {
+      const TransferSegment& segment = segments_[i];
+      if (segment.length == 0) continue;
+      if (mapped_[i] != nullptr) {
+        copy_directly(segment, mapped_[i]);
+        continue;
+      }
+      const auto* rkey = static_cast<const UcxRemoteKey*>(segment.remote_key);
       if (segment.local_memory != nullptr) {
         param.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
         param.memh = static_cast<const UcxMemory*>(segment.local_memory)->memh();
@@ -85,23 +101,23 @@ class UcxRequest final : public BackendRequest {
     // reused; only the endpoint flush says the bytes reached the peer.
     if (op_ == Operation::Write) {
       ucp_request_param_t flush_param{};
-      track(ucp_ep_flush_nbx(peer_->endpoint, &flush_param));
+      if (!track(ucp_ep_flush_nbx(peer_->endpoint, &flush_param))) return;
     }
+    // Everything copied or completed inline and nothing to notify: Done
+    // now, what advance() would conclude at the first poll.
+    if (pending_.empty() && payload_.empty()) state_ = RequestState::Done;
   }
 
   // A peer's memory mapped into this process (UCX shared memory) is read or
   // written with one memcpy here (AgentConfig::copy_mapped_memory): the
   // transfer is done once issue() returns, like UCX's own inline get, minus
-  // the protocol's cost per operation.
-  bool copy_directly(const TransferSegment& segment, const UcxRemoteKey& rkey) const {
-    if (!peer_->worker->copy_mapped_memory) return false;
-    uint8_t* remote = rkey.mapped(segment.remote_address);
-    if (remote == nullptr) return false;
+  // the protocol's cost per operation. The Agent checked at prepare time
+  // that the segment lies inside the peer's region.
+  void copy_directly(const TransferSegment& segment, uint8_t* remote) const {
     if (op_ == Operation::Read)
       std::memcpy(segment.local_address, remote, segment.length);
     else
       std::memcpy(remote, segment.local_address, segment.length);
-    return true;
   }
 
   // Records a UCS status pointer; false (and Failed) if it is an error.
@@ -201,6 +217,7 @@ class UcxRequest final : public BackendRequest {
   Operation op_;
   std::shared_ptr<UcxPeerState> peer_;
   std::vector<TransferSegment> segments_;  // what start() was given, for repost()
+  std::vector<uint8_t*> mapped_;  // per segment: its remote bytes mapped here, or null (through UCX)
   std::vector<uint8_t> payload_;  // encoded notification; alive until sent
   std::vector<void*> pending_;    // UCS request handles, completed in order
   size_t next_ = 0;               // first handle not yet seen complete

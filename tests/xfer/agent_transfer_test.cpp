@@ -297,6 +297,60 @@ TEST_P(TransferTest, PartialMetadataExposesOnlyTheListedRegions) {
   EXPECT_EQ(std::memcmp(local_buffer.data(), remote_buffer.data(), 100), 0);
 }
 
+// A full export lists every region the peer has: loading one drops the
+// regions the peer deregistered since (new lists cannot reach them, lists
+// already prepared against them are refused), while a partial export
+// leaves the others alone.
+TEST_P(TransferTest, FullMetadataDropsTheRegionsThePeerDeregistered) {
+  initiator = make_agent("initiator");
+  target = make_agent("target");
+  local_buffer.assign(4096, 0);
+  remote_buffer.assign(4096, 0);
+  auto first = target->register_memory({remote_buffer.data(), 2048});
+  auto second = target->register_memory({remote_buffer.data() + 2048, 2048});
+  ASSERT_TRUE(first && second);
+  ASSERT_TRUE(initiator->register_memory({local_buffer.data(), 4096}));
+  ASSERT_TRUE(initiator->load_metadata(*target->export_metadata()));
+  Descriptor in_first = descriptor_of(remote_buffer.data(), 100);
+  Descriptor in_second = descriptor_of(remote_buffer.data() + 3000, 100);
+  auto first_list = initiator->prepare_remote("target", {&in_first, 1});
+  auto second_list = initiator->prepare_remote("target", {&in_second, 1});
+  ASSERT_TRUE(first_list && second_list);
+  Descriptor local = descriptor_of(local_buffer.data(), 100);
+  auto local_list = initiator->prepare_local({&local, 1});
+  ASSERT_TRUE(local_list);
+  auto reposted = initiator->make_request(Operation::Read, *local_list, {}, *second_list, {});
+  ASSERT_TRUE(reposted);
+  ASSERT_TRUE(run(*reposted));
+
+  // A partial export without the second region keeps it.
+  ASSERT_TRUE(target->deregister_memory(*second));
+  RegionId only_first[] = {*first};
+  ASSERT_TRUE(initiator->load_metadata(*target->export_metadata(only_first)));
+  ASSERT_TRUE(initiator->prepare_remote("target", {&in_second, 1}));
+
+  // The full export drops it.
+  ASSERT_TRUE(initiator->load_metadata(*target->export_metadata()));
+  auto refused = initiator->prepare_remote("target", {&in_second, 1});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), Code::NotFound);
+  auto stale = initiator->make_request(Operation::Read, *local_list, {}, *second_list, {});
+  ASSERT_FALSE(stale);
+  EXPECT_EQ(stale.status().code(), Code::NotAllowed);
+  EXPECT_NE(stale.status().message().find("no longer lists"), std::string::npos) << stale.status().to_string();
+  Status repost = initiator->post(*reposted);
+  EXPECT_EQ(repost.code(), Code::NotAllowed) << repost.to_string();
+  EXPECT_TRUE(initiator->release(*reposted));
+
+  // Lists into the region that stayed keep working, before and after.
+  fill_pattern(remote_buffer.data(), 2048, 9);
+  auto kept = initiator->make_request(Operation::Read, *local_list, {}, *first_list, {});
+  ASSERT_TRUE(kept) << kept.status().to_string();
+  ASSERT_TRUE(run(*kept));
+  EXPECT_EQ(std::memcmp(local_buffer.data(), remote_buffer.data(), 100), 0);
+  ASSERT_TRUE(initiator->prepare_remote("target", {&in_first, 1}));
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferTest, ::testing::Values("loopback"), backend_test_name);
 
 }  // namespace

@@ -53,6 +53,11 @@ TEST(MetadataTest, RoundTripKeepsEveryField) {
   auto decoded = decode_metadata(encoded(metadata));
   ASSERT_TRUE(decoded) << decoded.status().to_string();
   EXPECT_EQ(*decoded, metadata);
+  metadata.complete = true;  // the full export's flag
+  auto complete = decode_metadata(encoded(metadata));
+  ASSERT_TRUE(complete) << complete.status().to_string();
+  EXPECT_TRUE(complete->complete);
+  EXPECT_EQ(*complete, metadata);
   metadata.regions.clear();
   metadata.connection_info.clear();
   auto empty = decode_metadata(encoded(metadata));
@@ -99,7 +104,7 @@ TEST(MetadataTest, HeaderProblemsAreNamed) {
   fix_checksum(version);
   expect_mismatch(version, "unsupported version 1 (this build reads version 2)");
   auto flags = bytes;
-  flags[6] = 1;
+  flags[6] = 2;
   fix_checksum(flags);
   expect_mismatch(flags, "unknown flags");
   expect_mismatch({}, "only 0 bytes");

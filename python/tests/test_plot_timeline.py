@@ -1,7 +1,8 @@
 """python3 -m eplb.plot timeline: an async run report's serving steps with the commits marked.
 
-The report is written by the test in the shape `eplb run --async --json` gives each round
-("serving_timeline" and "serving"; "serving_idle" at the top level), until that run exists here.
+Most reports are written by the test in the shape `eplb run --async --json` gives each round
+("serving_timeline" and "serving"; "serving_idle" at the top level); one comes from a real
+`eplb run --async` (the docs' command, smaller).
 """
 import json
 import subprocess
@@ -53,6 +54,21 @@ def test_one_panel_per_round_with_every_commit_marked(tmp_path):
         assert labels == ["L0", "L1", "L2", "L3"]
         legend = [text.get_text() for text in axis.get_legend().get_texts()]
         assert sorted(legend) == ["idle p50 (no migration)", "layer commit", "serving step", "stalled in eplb calls"]
+
+
+def test_a_real_async_runs_report_is_drawn_with_its_commits(tmp_path, cli):
+    report = tmp_path / "run.json"
+    run = subprocess.run([cli, "run", "--async", "--ranks", "2", "--rounds", "1", "--layers", "2",
+                          "--bytes-per-expert", "64KiB", "--json", str(report)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    done = shell_plot("timeline", str(report), "-o", str(tmp_path / "timeline.png"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "timeline.png").read_bytes().startswith(PNG)
+    figure = eplb.plot.timeline(json.loads(report.read_text()))
+    committed = json.loads(report.read_text())["rounds"][0]["serving_timeline"]["commits"]
+    assert sorted(text.get_text() for text in figure.axes[0].texts) == sorted(f"L{c['layer']}" for c in committed)
+    assert len(committed) == 2
 
 
 def test_the_shell_command_writes_svg_and_png_of_one_round(tmp_path):

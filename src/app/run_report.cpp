@@ -106,11 +106,15 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
   for (const auto& tensor : options.tensors)
     tensors.push_back(fmt::format("{} {}", tensor.name, format_bytes(tensor.bytes_per_expert)));
   const std::string& faults = options.agent.fault_spec;
-  std::string idle;
-  if (summary.serving_idle)
+  const std::string spare = spare_note(options, summary);
+  // The spare buffers: on the serving line with --async, else on the experts line.
+  std::string idle, sync_spare = spare.empty() ? "" : spare + " (--commit swap)";
+  if (summary.serving_idle) {
     idle = fmt::format("serving (--async, {} commits{}, step {} ms, {:.0f}% of the slots per step), idle: {}\n",
-                       options.serving.commit, spare_note(options, summary), options.serving.step_ms,
-                       options.serving.slot_share * 100, serving_line(*summary.serving_idle));
+                       options.serving.commit, spare, options.serving.step_ms, options.serving.slot_share * 100,
+                       serving_line(*summary.serving_idle));
+    sync_spare.clear();
+  }
   return fmt::format(
       "eplb run: {} ranks on {} nodes ({} bootstrap, {} transport), {}, policy {}\n"
       "experts: {} each as [{}]; {} of expert weights per rank{}\n"
@@ -119,7 +123,7 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
       topology.num_ranks, topology.num_nodes, labels.bootstrap, labels.transport, topology.to_string(),
       options.policy, format_bytes(summary.layout.bytes_per_expert(0)), fmt::join(tensors, ", "),
       format_bytes(summary.layout.total_bytes()),
-      summary.serving_idle ? std::string() : spare_note(options, summary) + (spare_note(options, summary).empty() ? "" : " (--commit swap)"),
+      sync_spare,
       summary.transports,
       summary.peer_transports.empty() ? std::string("(no peer)") : fmt::format("{}", fmt::join(summary.peer_transports, ", ")),
       summary.trace_identity, options.rounds, options.window, faults.empty() ? "" : "; faults: " + faults) +

@@ -104,10 +104,13 @@ struct AgentConfig {
   // "err=0.01,stall=0.002,corrupt=0.001,delay_ms=5,disconnect_after=100,seed=7".
   std::string fault_spec;
   // Map every region of a peer into this process eagerly when its metadata
-  // is loaded (UCX shared memory: page tables populated up front, about
-  // 0.1 s per GiB once, instead of a page fault on the first access of every
-  // 4 KiB page during transfers). For agents that will read most of their
-  // peers' memory, like expert migration; other backends ignore it.
+  // is loaded (UCX shared memory: page tables populated and every page read
+  // once up front, instead of a fault on the first access of every 4 KiB
+  // page during transfers). Costs about 0.1 s per GiB of peer memory on bare
+  // metal and 1.3 s per GiB on a paravirtualized VM, where each first touch
+  // traps to the hypervisor (and would otherwise slow the first transfers
+  // 5-40x). For agents that will read most of their peers' memory, like
+  // expert migration; other backends ignore it.
   bool map_peer_memory_eagerly = false;
   // A READ or WRITE of peer memory that UCX maps into this process (shared
   // memory between processes of one host, ucp_rkey_ptr) is one memcpy

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/pages.h"
 #include "eplb/migrate.h"
 
 namespace eplb {
@@ -26,16 +27,10 @@ Result<uint8_t*> map_bytes(uint64_t bytes, const char* what) {
 
 // The staging area (and the spare buffers) are rewritten for every layer of
 // every round: back them with transparent huge pages where the kernel
-// allows (fewer TLB misses) and fault them in now rather than during the
-// first layer's transfers.
-// Best effort: either call may be refused (old kernel, THP disabled).
-void prepare_staging(uint8_t* memory, uint64_t bytes) {
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
-#endif
-  (void)madvise(memory, bytes, MADV_HUGEPAGE);
-  (void)madvise(memory, bytes, MADV_POPULATE_WRITE);
-}
+// allows (fewer TLB misses), and populate and touch them now rather than
+// during the first layer's transfers (common/pages.h says why touching
+// matters).
+void prepare_staging(uint8_t* memory, uint64_t bytes) { pages::prepare_for_writing(memory, bytes); }
 
 }  // namespace
 

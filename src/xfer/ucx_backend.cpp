@@ -23,6 +23,7 @@
 #include <ucs/config/global_opts.h>
 
 #include "common/bytes.h"
+#include "common/pages.h"
 #include "common/text.h"
 #include "eplb/common.h"
 #include "ucx_internal.h"
@@ -130,12 +131,7 @@ uint8_t* UcxRemoteKey::mapped(uint64_t address) const {
 void UcxRemoteKey::map_eagerly(uint64_t address, uint64_t length) {
   void* local = nullptr;
   if (rkey_ == nullptr || length == 0 || ucp_rkey_ptr(rkey_, address, &local) != UCS_OK || local == nullptr) return;
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(local) & ~(page - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(local) + length + page - 1) & ~(page - 1);
-  // Best effort: an old kernel (EINVAL) or a shorter mapping (ENOMEM) only
-  // means the pages fault in on first use, as without this call.
-  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+  pages::prepare_for_reading(local, length);
 }
 
 std::vector<uint8_t> encode_notification(const std::string& sender, const std::string& message) {

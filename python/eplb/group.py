@@ -2,8 +2,8 @@
 
 Contract:
 - `ProcessGroup.from_torch(group=None, store=None)`: an engine's own torch.distributed group (gloo, CPU) carries
-  every collective: one allgather of bytes per collective (two gloo all_gathers: lengths, then
-  padded bytes). eplb's deadline bounds each one, whatever gloo's own timeout: every rank first
+  every collective: one allgather of bytes per collective, one gloo all_gather of fixed-size
+  records (length + the first 4 KiB) when every rank's bytes fit, a second one for the rest. eplb's deadline bounds each one, whatever gloo's own timeout: every rank first
   checks in under a key of the group's store, the gloo work is waited for with the time left, and
   on a failure the ranks that never checked in are named. The check-in store is `store` (any
   torch.distributed Store every rank of the group reaches), by default the store the default group
@@ -78,6 +78,9 @@ class ProcessGroup:
 _instances = itertools.count()
 # Check-in keys are counters (Store.add): the collective's code, 0 before a rank checks in.
 _KINDS = {"allgather": 1, "barrier": 2, "vote": 3}
+# Bytes of each rank's data carried by the first gloo all_gather of a collective (votes, barriers and
+# most layers' checksum lists fit); longer data takes a second all_gather.
+_INLINE = 4096
 _KIND_NAMES = {code: name for name, code in _KINDS.items()}
 
 
@@ -131,18 +134,26 @@ class _TorchExchange:
             raise self._diagnose(what, key, kind, started, deadline, str(failure)) from None
 
     def _gather(self, data: bytes, deadline: float) -> list[bytes]:
+        """One gloo all_gather of [length, first _INLINE bytes] records; a second for what is longer."""
         torch, dist = self._torch, self._dist
-        length = torch.tensor([len(data)], dtype=torch.int64)
-        lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
-        self._wait(dist.all_gather(lengths, length, group=self._group, async_op=True), deadline)
-        sizes = [int(item.item()) for item in lengths]
-        padded = max(max(sizes), 1)
-        mine = torch.zeros(padded, dtype=torch.uint8)
-        if data:
-            mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        gathered = [torch.empty(padded, dtype=torch.uint8) for _ in range(self.size)]
-        self._wait(dist.all_gather(gathered, mine, group=self._group, async_op=True), deadline)
-        return [gathered[r][:sizes[r]].numpy().tobytes() for r in range(self.size)]
+        record = torch.zeros(8 + _INLINE, dtype=torch.uint8)
+        record[:8] = torch.tensor([len(data)], dtype=torch.int64).view(torch.uint8)
+        head = data[:_INLINE]
+        if head:
+            record[8:8 + len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
+        records = [torch.empty(8 + _INLINE, dtype=torch.uint8) for _ in range(self.size)]
+        self._wait(dist.all_gather(records, record, group=self._group, async_op=True), deadline)
+        sizes = [int(item[:8].view(torch.int64).item()) for item in records]
+        heads = [records[r][8:8 + min(sizes[r], _INLINE)].numpy().tobytes() for r in range(self.size)]
+        longest = max(sizes)
+        if longest <= _INLINE:
+            return heads
+        tail = torch.zeros(longest - _INLINE, dtype=torch.uint8)
+        if len(data) > _INLINE:
+            tail[:len(data) - _INLINE] = torch.frombuffer(bytearray(data[_INLINE:]), dtype=torch.uint8)
+        tails = [torch.empty(longest - _INLINE, dtype=torch.uint8) for _ in range(self.size)]
+        self._wait(dist.all_gather(tails, tail, group=self._group, async_op=True), deadline)
+        return [heads[r] + tails[r][:max(sizes[r] - _INLINE, 0)].numpy().tobytes() for r in range(self.size)]
 
     def _wait(self, work, deadline: float) -> None:
         import datetime

@@ -205,9 +205,29 @@ FAULTS = [("err retried", "err=0.3", 10.0, 12), ("corrupt retried", "corrupt=0.3
           ("stall retried", "stall=0.25", 1.0, 12), ("err aborted", "err=1.0", 10.0, 1)]
 
 
+# Data lengths around the group's inline record (4 KiB): one gloo all_gather or two.
+GATHER_LENGTHS = [0, 1, 4095, 4096, 4097, 20011]
+
+
+def gathered_bytes(rank: int, length: int) -> bytes:
+    return bytes((rank * 31 + i * 7 + length) % 251 for i in range(length))
+
+
+def allgather_lengths(rank: int, world: int) -> list[str]:
+    """ProcessGroup.from_torch().allgather with the ranks' lengths mixed; the wrong results, if any."""
+    group = eplb.ProcessGroup.from_torch()
+    wrong = []
+    for i in range(len(GATHER_LENGTHS)):
+        lengths = [GATHER_LENGTHS[(i + r) % len(GATHER_LENGTHS)] for r in range(world)]
+        got = group.allgather(gathered_bytes(rank, lengths[rank]), 20.0)
+        wrong += [f"call {i} rank {r}: {len(got[r])} B" for r in range(world)
+                  if got[r] != gathered_bytes(r, lengths[r])]
+    return wrong
+
+
 def suite(rank: int, world: int, fault_names: list[str]) -> dict:
     """Several cases on one spawned group (spawning is the slow part)."""
-    results = {"shapes": shapes_round_trip(rank, world)}
+    results = {"shapes": shapes_round_trip(rank, world), "allgather": allgather_lengths(rank, world)}
     if world == 2:
         results["no_change"] = no_change(rank, world)
         results["layout"] = layout_mismatch(rank, world)

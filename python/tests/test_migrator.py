@@ -44,6 +44,12 @@ def test_four_ranks_every_shape_is_byte_exact(four_ranks):
     check_shapes(four_ranks, 4)
 
 
+def test_allgather_carries_every_length_exactly(two_ranks, four_ranks):
+    # Lengths below, at and above the 4 KiB inline record, mixed across ranks in each call.
+    for ranks in (two_ranks, four_ranks):
+        assert [result["allgather"] for result in ranks] == [[]] * len(ranks)
+
+
 def test_no_change_moves_nothing(two_ranks):
     for result in two_ranks:
         assert result["no_change"] == {"moved": 0, "changed": [False, False], "wrong": []}

@@ -9,7 +9,8 @@
 # the same bytes in 8 MiB rows between two distinct buffers each at least
 # 4x the last-level cache, one measurement per migration round.
 # Also prints the CPU time other processes took during the migration run
-# (above 10% of the cores: not a quiet measurement).
+# (above 10% of the cores: not a quiet measurement), and whether DAMON
+# monitors memory here (on a shadow-paging VM it makes pages cold mid-run).
 # Target (issue 16): median ratio >= 0.8.
 # Usage: [LAYERS=4] [ROUNDS=5] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
 # Prints one row per round, then medians with min-max spread and the ratio
@@ -33,6 +34,16 @@ def busy_seconds():
     with open("/proc/stat") as stat:
         fields = [int(value) for value in stat.readline().split()[1:8]]
     return (sum(fields[:3]) + sum(fields[4:7])) / os.sysconf("SC_CLK_TCK")
+
+
+def damon_monitoring():
+    """True when a DAMON kdamond runs here (its access checks clear page-table accessed bits)."""
+    root = "/sys/kernel/mm/damon/admin/kdamonds"
+    try:
+        return any(open(os.path.join(root, k, "state")).read().strip() == "on" for k in os.listdir(root)
+                   if k.isdigit())
+    except OSError:
+        return False
 
 
 def children_seconds():
@@ -79,6 +90,9 @@ print("migrate median %.2f GB/s (%.2f-%.2f), memcpy DRAM->DRAM median %.2f GB/s 
 share = other / (wall * cores)
 print("other work on this machine during the migration run: %.1f of %.1f CPU-seconds (%.0f%% of %d cores)%s" %
       (other, wall * cores, 100 * share, cores, "; NOT A QUIET MEASUREMENT" if share > 0.1 else ""))
+if damon_monitoring():
+    print("DAMON (kdamond) monitors memory on this machine: on a shadow-paging VM its access checks make pages "
+          "cold again mid-run, and a layer that reads them stalls (docs/migrate.md, Bandwidth)")
 print("all slots verified: %s; ratio of medians %.2f, per-round ratios %.2f-%.2f (target >= 0.8)" %
       ("yes" if report["all_verified"] else "NO", ratio, min(m / c for m, c in zip(migrate, copy)),
        max(m / c for m, c in zip(migrate, copy))))

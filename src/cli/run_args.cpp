@@ -162,8 +162,8 @@ void add_serving_options(CLI::App& run, RunArgs& args) {
                                       "in the background with --async, and the commit swaps live and spare: one\n"
                                       "copy per moved byte instead of two and no row copy at commit, but ONE\n"
                                       "EXTRA LAYER OF MEMORY PER LAYER, i.e. twice the expert weights per rank;\n"
-                                      "counted by the memory admission, shown as spare_bytes in the report; not\n"
-                                      "faster without --async on a 2-core VM, see docs/migrate.md Bandwidth)")
+                                      "counted by the memory admission, shown as spare_bytes in the report;\n"
+                                      "about 1.3x copy's bandwidth in sync rounds, see docs/migrate.md Bandwidth)")
                            ->capture_default_str();
   args.step_ms_option = run.add_option("--step-ms", args.step_ms,
                                        "with --async: the least duration of a serving step in ms (the emulated\n"

@@ -85,6 +85,10 @@ void dispatch_leaves(int leaves, F&& f) {
 // whole keys. An LSD radix sort over the bits that differ between keys.
 void sort_keys(uint64_t* keys, int count, std::vector<uint64_t>& spare);
 
+// Sorts keys in any order (whole 64-bit keys), for short inputs:
+// insertion up to 32 keys, std::sort beyond.
+void sort_whole_keys(uint64_t* keys, int count);
+
 // Sorts the experts of one layer, given in mlog order (node-major, E / N
 // per node; node_of[m] is m's node), by (node, weight desc, mlog) and writes
 // each node's run as descending_key(weight, node-local index), like

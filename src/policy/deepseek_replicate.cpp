@@ -56,30 +56,53 @@ void BatchReplicator::run(const Job* jobs, int num_jobs, int num_experts, int nu
       replicate_interleaved<decltype(fixed)::value>(states_.data(), num_jobs, num_experts, num_physical, leaves);
     });
   replicated_.resize(size_t(num_physical + 1) * size_t(num_jobs));
+  leaves_ = leaves;
+  run_keys_.resize(size_t(leaves));
+  run_of_leaf_.resize(size_t(leaves));
+  run_next_.resize(size_t(leaves));
   for (int b = 0; b < num_jobs; ++b) {
     collect_replicated(states_[size_t(b)], b, num_experts, num_physical);
     merge(states_[size_t(b)], b, num_experts, num_physical);
   }
 }
 
-// Every replica of a replicated expert carries float32(weight / count);
-// they are sorted here (a few keys, then kNever as a sentinel) and merged
-// with the unreplicated suffix of `sorted`, which keeps its keys (weight / 1
-// is exact, replica index == expert index).
+// Every replica of a replicated expert carries float32(weight / count),
+// the key its leaf holds at the end. The replicated experts' leaf keys are
+// sorted; each run of equal values then takes its experts' first copies
+// (index = expert < num_experts, ascending in the sorted keys) followed by
+// their extras in ascending replica index, which one scan of the extras
+// writes: the order a sort of every replica's (value, index) key gives.
+// A kNever sentinel ends the list; merge() takes it from there with the
+// unreplicated suffix of `sorted`, which keeps its keys (weight / 1 is
+// exact, replica index == expert index).
 void BatchReplicator::collect_replicated(State& state, int b, int num_experts, int num_physical) {
   const Job& job = state.job;
   uint64_t* out = replicated_.data() + size_t(num_physical + 1) * size_t(b);
-  // In ascending replica index (first copies, then the extras), which
-  // sort_keys needs to break ties by index.
-  int n = 0;
-  if (state.prefix > 0)
-    for (int expert = 0; expert < num_experts; ++expert)
-      if (job.count[expert] > 1) out[n++] = descending_key(job.weight[expert] / float(job.count[expert]), expert);
+  const int distinct = state.prefix;
+  uint64_t* experts = run_keys_.data();
+  for (int leaf = 0; leaf < distinct; ++leaf) experts[leaf] = state.tree[leaves_ + leaf];
+  // Whole keys: leaves are in first-chosen order, not index order, so
+  // sort_keys' stable sort by value alone would misplace equal values.
+  sort_whole_keys(experts, distinct);
+  int n = 0, runs = 0;
+  for (int k = 0; k < distinct;) {  // one run of equal values
+    const uint64_t value = experts[k] >> 32;
+    int extras = 0;
+    for (; k < distinct && experts[k] >> 32 == value; ++k) {
+      const int32_t expert = index_of(experts[k]);
+      out[n++] = experts[k];
+      run_of_leaf_[size_t(state.leaf_of[expert])] = runs;
+      extras += job.count[expert] - 1;
+    }
+    run_next_[size_t(runs++)] = n;
+    n += extras;
+  }
   for (int p = num_experts; p < num_physical; ++p) {
     const int32_t expert = job.phy2expert[p];
-    out[n++] = descending_key(job.weight[expert] / float(job.count[expert]), p);
+    const int32_t leaf = state.leaf_of[expert];
+    out[run_next_[size_t(run_of_leaf_[size_t(leaf)])]++] = (state.tree[leaves_ + leaf] & ~uint64_t(0xffffffffu)) |
+                                                           uint32_t(p);
   }
-  sort_keys(out, n, spare_);
   out[n] = kNever;
 }
 

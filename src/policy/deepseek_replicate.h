@@ -49,6 +49,9 @@ class BatchReplicator {
   std::vector<int32_t> leaf_of_;
   std::vector<State> states_;
   std::vector<uint64_t> replicated_, spare_;
+  int leaves_ = 0;                  // of every job's tree
+  std::vector<uint64_t> run_keys_;  // the replicated experts' keys, sorted
+  std::vector<int32_t> run_of_leaf_, run_next_;  // per leaf: its run of equal values; per run: next extra's place
 };
 
 }  // namespace eplb::deepseek_detail

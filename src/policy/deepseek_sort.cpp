@@ -20,10 +20,51 @@ void insertion_sort(uint64_t* keys, int count) {
   }
 }
 
+// Inputs up to this long are insertion-sorted.
+constexpr int kShortKeys = 32;
+// Inputs this long count with kStreams runs (see bucket_pass.h).
+constexpr int kManyKeys = 128;
+
+// The number of passes over `span` bits that costs least, by a model of
+// one pass: its counters (set up and summed, per run) plus reading and
+// writing every key, about three steps per key.
+int cheapest_passes(int count, int span, int streams) {
+  int best = (span + 7) / 8;
+  int64_t best_cost = -1;
+  for (int passes = best; passes <= span; ++passes) {
+    const int bits = (span + passes - 1) / passes;
+    const int64_t cost = int64_t(passes) * ((int64_t(1) << bits) * (streams > 1 ? 4 : 1) + 3 * int64_t(count));
+    if (best_cost < 0 || cost < best_cost) best = passes, best_cost = cost;
+  }
+  return best;
+}
+
+// LSD radix passes over the `span` bits of the keys' high halves above
+// bit `lowest`; the result lands back in keys.
+template <int S>
+void radix_passes(uint64_t* keys, uint64_t* spare, int count, int lowest, int span) {
+  const int passes = cheapest_passes(count, span, S);
+  const int bits = (span + passes - 1) / passes;
+  const uint64_t mask = (uint64_t(1) << bits) - 1;
+  uint64_t* from = keys;
+  uint64_t* to = spare;
+  for (int pass = 0; pass < passes; ++pass) {
+    const int shift = 32 + lowest + pass * bits;
+    stable_bucket_pass<S>(from, to, count, int(mask) + 1, [=](uint64_t key) { return (key >> shift) & mask; });
+    std::swap(from, to);
+  }
+  if (from != keys) std::memcpy(keys, from, sizeof(uint64_t) * size_t(count));
+}
+
 }  // namespace
 
+void sort_whole_keys(uint64_t* keys, int count) {
+  if (count <= kShortKeys) insertion_sort(keys, count);
+  else std::sort(keys, keys + count);
+}
+
 void sort_keys(uint64_t* keys, int count, std::vector<uint64_t>& spare) {
-  if (count <= 32) {
+  if (count <= kShortKeys) {
     insertion_sort(keys, count);
     return;
   }
@@ -39,35 +80,30 @@ void sort_keys(uint64_t* keys, int count, std::vector<uint64_t>& spare) {
   if (varying == 0) return;  // one value: already in index order
   const int lowest = std::countr_zero(varying);
   const int span = 32 - std::countl_zero(varying) - lowest;
-  const int passes = (span + 7) / 8;
-  const int bits = (span + passes - 1) / passes;
-  const uint64_t mask = (uint64_t(1) << bits) - 1;
   spare.resize(size_t(count));
-  uint64_t* from = keys;
-  uint64_t* to = spare.data();
-  for (int pass = 0; pass < passes; ++pass) {
-    const int shift = 32 + lowest + pass * bits;
-    stable_bucket_pass(from, to, count, int(mask) + 1, [=](uint64_t key) { return (key >> shift) & mask; });
-    std::swap(from, to);
-  }
-  if (from != keys) std::memcpy(keys, from, sizeof(uint64_t) * size_t(count));
+  if (count >= kManyKeys) radix_passes<kStreams>(keys, spare.data(), count, lowest, span);
+  else radix_passes<1>(keys, spare.data(), count, lowest, span);
 }
 
 namespace {
 
 // True when every weight is an integer in [0, 2^24] (exact in float32, so
-// integers order as the floats do); sets the largest. Branch-free, so it
-// vectorizes.
+// integers order as the floats do); sets the largest. Branch-free, and the
+// maximum is taken over the floats' bit patterns as int32 (ordered like
+// the floats for values >= +0; negative ones never win over the initial
+// +0), so it vectorizes: a float maximum would not, as NaN makes it
+// order-dependent.
 bool integer_weights(const float* weight, int count, uint32_t& largest) {
   uint32_t fractional = 0;
-  float top = 0.0f;
+  int32_t top = 0;
   for (int i = 0; i < count; ++i) {
     const float clamped = std::min(weight[i], 16777216.0f);  // larger: fails the test below
     fractional |= uint32_t(float(int32_t(clamped)) != weight[i]);
-    top = std::max(top, clamped);
+    top = std::max(top, std::bit_cast<int32_t>(clamped));
   }
-  largest = uint32_t(top);
-  return fractional == 0;
+  if (fractional != 0) return false;
+  largest = uint32_t(std::bit_cast<float>(top));
+  return true;
 }
 
 }  // namespace

@@ -55,6 +55,13 @@ struct DeepSeekArrays {
   std::vector<int32_t> phy2log, phyrank, logcnt;
 };
 Result<DeepSeekArrays> deepseek_arrays(const LoadMatrix& load, const Topology& topology, int threads = 1);
+// The same over a caller's [L][E] loads, borrowed for the call (a numpy
+// array's buffer: no copy). Invalid values are found while they are read.
+struct LoadView {
+  const double* values = nullptr;  // row-major [num_layers][num_experts]
+  int num_layers = 0, num_experts = 0;
+};
+Result<DeepSeekArrays> deepseek_arrays(LoadView load, const Topology& topology, int threads = 1);
 // Defined for int32_t and int64_t; out holds L * E * max_replicas values.
 template <typename Index>
 void write_log2phy(const DeepSeekArrays& arrays, Index* out, int threads = 1);

@@ -56,20 +56,10 @@ Placement placement_in_force(const std::optional<IndexArray>& current, const Top
   return placement_from_array(*current, topology.num_experts, "current");
 }
 
-// `deepseek` with its default options (no current placement needed): its
-// arrays, then log2phy written as int64 straight into the result block (no
-// int32 log2phy, no widening of it). The seconds cover the policy's work,
-// log2phy included, as deepseek_placement's do.
-py::tuple place_deepseek(LoadTrace&& trace, const Estimator& estimator, const Topology& topology, int threads) {
-  Result<DeepSeekArrays> computed = Status(Code::Internal, "the policy did not run");
-  double seconds = 0;
-  {
-    py::gil_scoped_release release;
-    Result<LoadMatrix> load = planning_load(std::move(trace), estimator);
-    Stopwatch watch;
-    computed = load.is_ok() ? deepseek_arrays(*load, topology, threads) : Result<DeepSeekArrays>(load.status());
-    seconds = watch.seconds();
-  }
+// `deepseek`'s arrays as the result: log2phy written as int64 straight into
+// the result block (no int32 log2phy, no widening of it). The seconds cover
+// the policy's work, log2phy included, as deepseek_placement's do.
+py::tuple deepseek_result(Result<DeepSeekArrays>&& computed, double seconds, int threads) {
   const DeepSeekArrays arrays = value_or_throw(std::move(computed));
   const py::ssize_t layers = arrays.num_layers, slots = arrays.num_slots, experts = arrays.num_experts,
                     width = arrays.max_replicas;
@@ -90,6 +80,55 @@ py::tuple place_deepseek(LoadTrace&& trace, const Estimator& estimator, const To
                         py::array_t<int64_t>({layers, experts}, logcnt, block.owner), seconds);
 }
 
+// `deepseek` with its default options (no current placement needed).
+py::tuple place_deepseek(LoadTrace&& trace, const Estimator& estimator, const Topology& topology, int threads) {
+  Result<DeepSeekArrays> computed = Status(Code::Internal, "the policy did not run");
+  double seconds = 0;
+  {
+    py::gil_scoped_release release;
+    Result<LoadMatrix> load = planning_load(std::move(trace), estimator);
+    Stopwatch watch;
+    computed = load.is_ok() ? deepseek_arrays(*load, topology, threads) : Result<DeepSeekArrays>(load.status());
+    seconds = watch.seconds();
+  }
+  return deepseek_result(std::move(computed), seconds, threads);
+}
+
+using InPlaceLoads = py::array_t<double, py::array::c_style>;  // float64 in C order: readable as it is
+
+// The same over float64 [L][E] loads read where numpy keeps them (no copy;
+// the caller holds the array for the call). An invalid value is named by
+// the conversion's own message, found again on that failure path only.
+py::tuple place_deepseek_in_place(const InPlaceLoads& weight, const Topology& topology, int threads) {
+  const LoadView view{weight.data(), topology.num_layers, topology.num_experts};
+  Result<DeepSeekArrays> computed = Status(Code::Internal, "the policy did not run");
+  double seconds = 0;
+  {
+    py::gil_scoped_release release;
+    Stopwatch watch;
+    computed = deepseek_arrays(view, topology, threads);
+    seconds = watch.seconds();
+  }
+  if (!computed.is_ok()) (void)trace_from_array(weight.cast<DoubleArray>(), "weight");  // throws its named error
+  return deepseek_result(std::move(computed), seconds, threads);
+}
+
+// The in-place path's topology when it applies: plain deepseek summing a
+// float64 C-order [L][E] array with a valid topology (anything else takes
+// the general path, which reports errors in its usual order).
+std::optional<Topology> in_place_topology(const py::array& weight, const PlaceArguments& arguments) {
+  if (!is_plain_deepseek(arguments) || arguments.estimator != "sum" || !py::isinstance<InPlaceLoads>(weight) ||
+      weight.ndim() != 2)
+    return std::nullopt;
+  const py::ssize_t limit = py::ssize_t(1) << 30;
+  if (weight.shape(0) < 1 || weight.shape(0) > limit || weight.shape(1) < 1 || weight.shape(1) > limit)
+    return std::nullopt;
+  Topology topology{int(weight.shape(0)), int(weight.shape(1)), arguments.num_slots, arguments.num_groups,
+                    arguments.num_nodes, arguments.num_ranks};
+  if (!topology.validate().is_ok()) return std::nullopt;
+  return topology;
+}
+
 // Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
 // The weight as a trace: C-order float32 converts straight into it, any
 // other array through a float64 array first.
@@ -100,6 +139,8 @@ LoadTrace trace_of_weight(const py::array& weight) {
 }
 
 py::tuple place(const py::array& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
+  if (std::optional<Topology> topology = in_place_topology(weight, arguments))
+    return place_deepseek_in_place(weight.cast<InPlaceLoads>(), *topology, arguments.options.threads);
   LoadTrace trace = trace_of_weight(weight);
   Topology topology{trace.num_layers, trace.num_experts, arguments.num_slots, arguments.num_groups,
                     arguments.num_nodes, arguments.num_ranks};

@@ -80,6 +80,22 @@ def test_float32_goes_to_the_binding_as_it_is(integer_load, expected):
                 eplb.rebalance_experts(value, *COUNTS)
 
 
+def test_float64_is_read_in_place_with_the_same_results_and_checks(integer_load, expected):
+    """C-order float64 [L][E] is read where numpy keeps it (deepseek, no copy): the same result as the
+    copying paths (Fortran order, a window), the input untouched, and a bad value anywhere named the same way."""
+    load = integer_load.astype(np.float64)
+    before = load.copy()
+    assert_same(eplb.rebalance_experts(load, *COUNTS), expected)
+    assert_same(eplb.rebalance_experts(np.asfortranarray(load), *COUNTS), expected)
+    assert_same(eplb.rebalance_experts(load[None], *COUNTS, estimator="sum"), expected)
+    assert (load == before).all()
+    for bad, shown, at in ((np.nan, "nan", (2, 15)), (-2.0, "-2", (0, 0)), (np.inf, "inf", (1, 7))):
+        broken = load.copy()
+        broken[at] = bad
+        with pytest.raises(eplb.Error, match=f"weight\\[{at[0]}\\]\\[{at[1]}\\] = {shown}"):
+            eplb.rebalance_experts(broken, *COUNTS)
+
+
 def test_every_policy_accepts_every_kind(integer_load):
     for policy in eplb.policies():
         by_numpy = eplb.rebalance_experts(integer_load, *COUNTS, policy=policy)

@@ -142,10 +142,14 @@ int ThreadPool::workers() const { return state_->size.load(std::memory_order_acq
 
 void ThreadPool::run(size_t n, int threads, const Body& fn) {
   if (n == 0) return;
+  const int helpers = int(std::min<size_t>(size_t(std::max(threads, 1) - 1), n - 1));
+  if (helpers <= 0 || t_inside_job) {  // serial: no pool, and no getpid() system call
+    for (size_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
   adopt_after_fork();
   State& s = *state_;
-  const int helpers = int(std::min<size_t>(size_t(std::max(threads, 1) - 1), n - 1));
-  if (helpers <= 0 || t_inside_job || s.size.load(std::memory_order_acquire) == 0 || s.busy.exchange(true, std::memory_order_acquire)) {
+  if (s.size.load(std::memory_order_acquire) == 0 || s.busy.exchange(true, std::memory_order_acquire)) {
     for (size_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }

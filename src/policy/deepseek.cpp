@@ -48,20 +48,21 @@ class DeepSeekPolicy final : public Policy {
   }
 };
 
-Status check_inputs(const LoadMatrix& load, const Topology& topology) {
+Status check_inputs(LoadView load, const Topology& topology) {
   EPLB_TRY(topology.validate().with_context("deepseek"));
   if (load.num_layers != topology.num_layers || load.num_experts != topology.num_experts)
     return error(Code::InvalidArgument, "deepseek: load is " + std::to_string(load.num_layers) + " layers x " +
                                             std::to_string(load.num_experts) + " experts but the topology is " +
                                             topology.to_string());
   // The values themselves are checked while they are converted (LayerBlock).
-  if (load.values.size() != size_t(load.num_layers) * size_t(load.num_experts))
-    return load.validate().with_context("deepseek");
   return Status::ok();
 }
 
-// The error for a load a worker found invalid, with LoadMatrix::validate's message.
-Status invalid_load(const LoadMatrix& load) {
+// The error for a load a worker found invalid, with LoadMatrix::validate's
+// message (a copy, on this failure path only).
+Status invalid_load(LoadView view) {
+  LoadMatrix load(view.num_layers, view.num_experts);
+  std::copy(view.values, view.values + load.values.size(), load.values.begin());
   Status status = load.validate().with_context("deepseek");
   return status.is_ok() ? error(Code::Internal, "deepseek: a load value was flagged invalid but validates") : status;
 }
@@ -92,7 +93,16 @@ template void write_log2phy<int32_t>(const DeepSeekArrays&, int32_t*, int);
 template void write_log2phy<int64_t>(const DeepSeekArrays&, int64_t*, int);
 
 Result<DeepSeekArrays> deepseek_arrays(const LoadMatrix& load, const Topology& topology, int threads) {
+  const LoadView view{load.values.data(), load.num_layers, load.num_experts};
+  EPLB_TRY(check_inputs(view, topology));
+  if (load.values.size() != size_t(load.num_layers) * size_t(load.num_experts))
+    return load.validate().with_context("deepseek");
+  return deepseek_arrays(view, topology, threads);
+}
+
+Result<DeepSeekArrays> deepseek_arrays(LoadView load, const Topology& topology, int threads) {
   EPLB_TRY(check_inputs(load, topology));
+  if (load.values == nullptr) return error(Code::InvalidArgument, "deepseek: the load has no values");
   const DeepSeekShape shape(topology);
   const int layers = topology.num_layers;
   DeepSeekArrays arrays{layers, shape.experts, shape.slots, 0, {}, {}, {}};
@@ -116,7 +126,7 @@ Result<DeepSeekArrays> deepseek_arrays(const LoadMatrix& load, const Topology& t
     LayerBlock*& mine = scratch[size_t(worker)];
     if (mine == nullptr) mine = &LayerBlock::for_this_thread(shape);
     const int first = int(block) * shape.block_layers;
-    mine->run(load.values.data(), first, std::min(shape.block_layers, layers - first), out);
+    mine->run(load.values, first, std::min(shape.block_layers, layers - first), out);
     if (mine->saw_invalid_load()) saw_invalid[size_t(worker)] = 1;
   });
 

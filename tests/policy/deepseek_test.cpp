@@ -252,6 +252,28 @@ TEST(DeepSeek, ArraysAndInt64Log2phyEqualThePlacement) {
   EXPECT_EQ(deepseek_arrays(nan_load, Topology{2, 12, 16, 4, 2, 8}).status().code(), Code::InvalidArgument);
 }
 
+TEST(DeepSeek, BorrowedLoadsGiveTheSameArraysAndNameABadValue) {
+  // deepseek_arrays over a LoadView (the Python binding reads numpy's
+  // buffer in place) equals the LoadMatrix call, and a bad value is named
+  // with LoadMatrix::validate's message, wherever it sits.
+  const Topology topology{58, 256, 320, 8, 8, 64};
+  LoadMatrix load = testing_support::zipf_load(topology.num_layers, topology.num_experts, 9);
+  const LoadView view{load.values.data(), load.num_layers, load.num_experts};
+  const DeepSeekArrays owned = deepseek_arrays(load, topology).value();
+  const DeepSeekArrays borrowed = deepseek_arrays(view, topology).value();
+  EXPECT_EQ(borrowed.phy2log, owned.phy2log);
+  EXPECT_EQ(borrowed.phyrank, owned.phyrank);
+  EXPECT_EQ(borrowed.logcnt, owned.logcnt);
+  EXPECT_EQ(borrowed.max_replicas, owned.max_replicas);
+  load.at(57, 255) = -2.0;
+  auto negative = deepseek_arrays(view, topology);
+  ASSERT_FALSE(negative.is_ok());
+  EXPECT_EQ(negative.status().code(), Code::InvalidArgument);
+  EXPECT_NE(negative.status().message().find("load[57][255] = -2"), std::string::npos) << negative.status().message();
+  EXPECT_EQ(deepseek_arrays(LoadView{nullptr, 58, 256}, topology).status().code(), Code::InvalidArgument);
+  EXPECT_EQ(deepseek_arrays(LoadView{load.values.data(), 57, 256}, topology).status().code(), Code::InvalidArgument);
+}
+
 TEST(DeepSeek, ConcurrentCallersEachGetTheirOwnAnswer) {
   // Callers on several threads share the pool's workers: a worker may serve
   // one caller's layers right after another's. An invalid load in one call

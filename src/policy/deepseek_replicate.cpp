@@ -107,7 +107,9 @@ void BatchReplicator::collect_replicated(State& state, int b, int num_experts, i
 }
 
 // Merges the sorted replicated keys (ending in the kNever sentinel) with
-// the unreplicated suffix of `sorted`; the choice is a conditional move.
+// the unreplicated suffix of `sorted`. (GCC compiles the choice to a
+// branch, which predicts well here: a mask-and-select version, whose next
+// loads wait for the comparison, measured 15% slower over the whole policy.)
 // Reads job.sorted[num_experts] once the suffix is exhausted: the caller's
 // buffer holds one key more.
 void BatchReplicator::merge(const State& state, int b, int num_experts, int num_physical) {

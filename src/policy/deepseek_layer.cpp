@@ -8,9 +8,38 @@
 
 #include "bucket_pass.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace eplb::deepseek_detail {
 
 namespace {
+
+// float32(row[e]) into weight[e]; false when a value is negative, infinite
+// or NaN (LoadMatrix::validate's check, fused into the conversion). Two
+// values at a time with SSE2: GCC leaves the loop with the check scalar.
+bool convert_loads(const double* row, float* weight, size_t count) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  size_t e = 0;
+  bool valid = true;
+#if defined(__SSE2__)
+  __m128d all_valid = _mm_castsi128_pd(_mm_set1_epi32(-1));
+  for (; e + 2 <= count; e += 2) {
+    const __m128d value = _mm_loadu_pd(row + e);  // both comparisons are false for NaN
+    all_valid = _mm_and_pd(all_valid, _mm_and_pd(_mm_cmpge_pd(value, _mm_setzero_pd()),
+                                                 _mm_cmple_pd(value, _mm_set1_pd(kMax))));
+    _mm_storel_pi(reinterpret_cast<__m64*>(weight + e), _mm_cvtpd_ps(value));  // round to nearest, as a cast
+  }
+  valid = _mm_movemask_pd(all_valid) == 3;
+#endif
+  for (; e < count; ++e) {
+    valid &= (row[e] >= 0.0) & (row[e] <= kMax);
+    weight[e] = static_cast<float>(row[e]);
+  }
+  return valid;
+}
+
 // (layer, node) packing problems interleaved per block: enough independent
 // dependency chains to keep the core busy (measured: bench/deepseek.sh).
 constexpr int kInterleavedProblems = 8;
@@ -71,14 +100,8 @@ LayerBlock& LayerBlock::for_this_thread(const DeepSeekShape& shape) {
 void LayerBlock::run(const double* load, int first, int count, const LayerOutput& out) {
   const size_t experts = size_t(shape_.experts), slots = size_t(shape_.slots);
   for (int b = 0; b < count; ++b) {
-    const double* row = load + size_t(first + b) * experts;
-    float* weight = weight_.data() + size_t(b) * experts;
-    bool valid = true;  // the check of LoadMatrix::validate, fused into the conversion
-    for (size_t e = 0; e < experts; ++e) {
-      valid &= (row[e] >= 0.0) & (row[e] <= std::numeric_limits<double>::max());
-      weight[e] = static_cast<float>(row[e]);
-    }
-    saw_invalid_load_ |= !valid;
+    saw_invalid_load_ |= !convert_loads(load + size_t(first + b) * experts, weight_.data() + size_t(b) * experts,
+                                        experts);
     group_layer(b);
     sort_experts(b);
   }

@@ -3,19 +3,23 @@
 numpy port of the same algorithm (vLLM's style), on DeepSeek-V3's load (58 x 256, `eplb gen-load`
 seed 0) for three serving shapes; then 4 Python threads against one at a time. Prints tables.
 
-Columns (milliseconds: median [p10-p90] of the repetitions):
+Columns (milliseconds: median [p10-p90] of the repetitions; each kind of call timed in its own run of
+back-to-back calls):
   python      eplb.rebalance_experts(numpy float64 load), warm, call and conversions included
   torch       the same from a float32 torch tensor, torch tensors out
   in-call C++ the C++ policy's own time inside those calls (python / in-call = the binding's cost)
   2 threads   eplb.rebalance_experts(..., threads=2): the layers split over 2 threads
   first call  the first call in a fresh Python process (import excluded), like the CLI's single call
   CLI         `eplb rebalance --format json` policy_seconds: one call in a fresh process each run
-  numpy port  bench/numpy_port.py, vLLM's style (exact: its phy2log equals eplb's)
+  numpy port  bench/numpy_port.py, vLLM's style (exact: its phy2log equals eplb's), timed in paired
+              rounds: 50 Python calls, then one numpy-port call. numpy/python is the ratio of the column
+              medians; numpy/paired the median of the rounds' ratios (both sides in the same machine state)
 Goals (issue 13): python at most 1.2x the C++ policy time; at least 100x faster than the numpy port.
 
 Run on a quiet machine: flock /work/.cpu.lock .venv/bin/python bench/python_policy.py
 Env: EPLB_CLI (default build/eplb). Options: --repeat N (warm calls, 300), --processes N (fresh
-processes for the first-call and CLI columns, 15), --numpy-repeat N (5), --threads-rounds N (7).
+processes for the first-call and CLI columns, 15), --numpy-repeat N (paired numpy rounds, 7),
+--threads-rounds N (7).
 """
 import argparse
 import json
@@ -49,24 +53,26 @@ def spread(seconds) -> str:
 
 
 def warm_times(load, counts, repeat):
-    """Seconds per call: from numpy (total, and the C++ policy inside), from torch, with 2 threads."""
+    """Seconds per call, each kind in its own run of back-to-back calls (as the numpy port's are timed):
+    from numpy (total, and the C++ policy inside), from torch, with 2 threads."""
     import torch
 
     options = dict(policy="deepseek", current=None, threads=None, budget=None, anti_affinity=False,
                    min_gain=0.0, estimator=None, move_threshold=0.0)
     tensor = torch.from_numpy(load).float()
-    totals, inner, torch_totals, two_threads = [], [], [], []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        eplb.rebalance_experts(load, *counts)
-        totals.append(time.perf_counter() - start)
-        inner.append(_place(load, *counts, **options)[3])
-        start = time.perf_counter()
-        eplb.rebalance_experts(tensor, *counts)
-        torch_totals.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        eplb.rebalance_experts(load, *counts, threads=2)
-        two_threads.append(time.perf_counter() - start)
+
+    def timed(call):
+        seconds = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            call()
+            seconds.append(time.perf_counter() - start)
+        return seconds
+
+    totals = timed(lambda: eplb.rebalance_experts(load, *counts))
+    inner = [_place(load, *counts, **options)[3] for _ in range(repeat)]
+    torch_totals = timed(lambda: eplb.rebalance_experts(tensor, *counts))
+    two_threads = timed(lambda: eplb.rebalance_experts(load, *counts, threads=2))
     return totals, inner, torch_totals, two_threads
 
 
@@ -91,27 +97,36 @@ def cli_times(cli, load_path, counts, processes):
             ["policy_seconds"] for _ in range(processes)]
 
 
-def numpy_times(load, counts, repeat):
-    times, result = [], None
-    for _ in range(repeat):
+def numpy_rounds(load, counts, rounds, calls=50):
+    """Paired rounds: `calls` Python calls, then one numpy-port call; each round's ratio is the numpy call over
+    the median of the Python calls just before it, so both sides see the same machine state."""
+    times, ratios, result = [], [], None
+    for _ in range(rounds):
+        python = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            eplb.rebalance_experts(load, *counts)
+            python.append(time.perf_counter() - start)
         start = time.perf_counter()
         result = numpy_port.rebalance_experts(load, *counts)
         times.append(time.perf_counter() - start)
+        ratios.append(times[-1] / statistics.median(python))
     exact = np.array_equal(result, eplb.rebalance_experts(load, *counts)[0])
-    return times, exact
+    return times, ratios, exact
 
 
 def shape_row(name, load, load_path, counts, arguments, cli):
     totals, inner, torch_totals, two_threads = warm_times(load, counts, arguments.repeat)
     first = first_call_times(load_path, counts, arguments.processes)
     by_cli = cli_times(cli, load_path, counts, arguments.processes)
-    by_numpy, exact = numpy_times(load, counts, arguments.numpy_repeat)
+    by_numpy, numpy_ratios, exact = numpy_rounds(load, counts, arguments.numpy_repeat)
     median = statistics.median
     print(f"{name:<20} {spread(totals)} {spread(torch_totals)} {spread(inner)} {spread(two_threads)} "
           f"{spread(first)} {spread(by_cli)} {spread(by_numpy)} {'yes' if exact else 'NO':>5}")
     return {"python/in-call": median(totals) / median(inner), "torch/in-call": median(torch_totals) / median(inner),
             "first call/CLI": median(first) / median(by_cli), "python/CLI": median(totals) / median(by_cli),
-            "numpy/python": median(by_numpy) / median(totals),
+            "numpy/python": median(by_numpy) / median(totals), "numpy/paired": median(numpy_ratios),
+            "paired rounds": (min(numpy_ratios), max(numpy_ratios)),
             "numpy/2 threads": median(by_numpy) / median(two_threads)}
 
 
@@ -143,7 +158,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=300)
     parser.add_argument("--processes", type=int, default=15)
-    parser.add_argument("--numpy-repeat", type=int, default=5)
+    parser.add_argument("--numpy-repeat", type=int, default=7)
     parser.add_argument("--threads-rounds", type=int, default=7)
     arguments = parser.parse_args()
     cli = os.environ.get("EPLB_CLI", str(ROOT / "build" / "eplb"))
@@ -159,10 +174,14 @@ def main() -> int:
           f"{'CLI':>22} {'numpy port':>22} {'exact':>5}")
     ratios = {name: shape_row(name, load, load_path, counts, arguments, cli) for name, *counts in SHAPES}
     print("\nratios of medians")
-    keys = list(next(iter(ratios.values())))
+    keys = [key for key in next(iter(ratios.values())) if key != "paired rounds"]
     print(f"{'shape':<20} " + " ".join(f"{key:>15}" for key in keys))
     for name, row in ratios.items():
         print(f"{name:<20} " + " ".join(f"{row[key]:>15.2f}" for key in keys))
+    print(f"numpy/paired: median over {arguments.numpy_repeat} paired rounds (one numpy-port call / the median of "
+          f"the 50 Python calls just before it), [range]: " +
+          "; ".join(f"{name} {row['numpy/paired']:.1f}x [{row['paired rounds'][0]:.1f}-{row['paired rounds'][1]:.1f}]"
+                    for name, row in ratios.items()))
     loads = [np.roll(load, shift, axis=1) for shift in range(4)]
     thread_ratios = thread_rounds(loads, SHAPES[0][1:], arguments.threads_rounds)
     print(f"\n4 threads x 25 calls ({SHAPES[0][0]}) / the same 100 calls one at a time: median "

@@ -24,11 +24,12 @@
 //   xfer Agent, allgathers its layout and memory map and refuses a mismatch
 //   (Mismatch naming the rank, layer, tensor and both sizes) before any byte
 //   moves.
-// - Migrator::migrate is collective and moves layer by layer. Per layer:
-//   plan_layer (same plan on every rank); sources publish the checksum
-//   (XXH3-64; computed once, then remembered by the store and carried over
-//   from verified reads at commit) of every row a peer will read and
-//   allgather them; READs (one request per source rank) and local copies
+// - Migrator::migrate is collective and moves layer by layer. First every
+//   layer is planned (plan_layer: the same plans on every rank) and sources
+//   publish, in one allgather for the whole round, the checksum (XXH3-64;
+//   computed once, then remembered by the store and carried over from
+//   verified reads at commit) of every row a peer will read in every changed
+//   layer. Then per changed layer: READs (one request per source rank) and local copies
 //   land in staging; wait with a deadline; verify every received row;
 //   unanimous vote; yes -> the changed live rows are written (from staging,
 //   or, for a local copy of a row that stays put, straight from that live
@@ -42,7 +43,7 @@
 //   which follows a unanimous vote, which every rank casts only after its own
 //   reads of layer l have landed or been released. So no rank overwrites rows
 //   a peer may still be reading, and no extra barrier is needed: layer l+1
-//   touches other rows, and its checksum allgather orders it after l's vote.
+//   reads other rows, which change only after l+1's own vote.
 //   With the swap commit, peers read only the published live buffer; the
 //   spare is private until the swap, and the old live buffer (the spare
 //   after it) is written again only in layer l of a later round, after

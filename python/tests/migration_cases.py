@@ -167,9 +167,13 @@ def killed_rank(rank: int, world: int, victim: int, store_port: int | None = Non
         migrator.migrate(old, new)
         return {"error": None}
     except eplb.MigrationError as failure:
-        return {"error": str(failure), "type": type(failure).__name__, "peer": failure.peer,
-                "seconds": time.monotonic() - started, "timeout": timeout, "committed": failure.committed_layers,
-                "layer": failure.layer, "operation": failure.operation}
+        outcome = {"error": str(failure), "type": type(failure).__name__, "peer": failure.peer,
+                   "seconds": time.monotonic() - started, "timeout": timeout, "committed": failure.committed_layers,
+                   "layer": failure.layer, "operation": failure.operation}
+        from spawned import wait_for_survivors
+
+        wait_for_survivors(rank, [r for r in range(world) if r != victim])
+        return outcome
 
 
 def explicit_store(rank: int, world: int) -> dict:

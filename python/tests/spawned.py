@@ -21,12 +21,26 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def wait_for_survivors(rank: int, survivors, timeout: float = 30.0) -> None:
+    """Stays alive until every rank in `survivors` got here (a file per rank in the run's directory), as
+    engine processes stay up after a failed migration: a survivor that left at once would take the
+    default group's store (rank 0's) with it, and a slower survivor would rightly name it as lost too."""
+    import time
+
+    directory = Path(os.environ["EPLB_TEST_RANKS_DIR"])
+    Path(directory, f"survived{rank}").touch()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(Path(directory, f"survived{r}").exists() for r in survivors):
+        time.sleep(0.05)
+
+
 def _main(rank: int, world: int, port: int, out: str, target, args) -> None:
     import faulthandler
     import torch.distributed as dist
 
     faulthandler.enable()  # a crash in the extension shows its Python stack
 
+    os.environ["EPLB_TEST_RANKS_DIR"] = out  # for wait_for_survivors
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         value = {"ok": target(rank, world, *args)}

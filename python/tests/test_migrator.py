@@ -96,7 +96,7 @@ def check_victim_named(results, victim):
     for rank in sorted({0, 1, 2} - {victim}):
         outcome = results[rank]
         assert outcome["type"] == "PeerLostError", outcome
-        assert outcome["peer"] == victim and f"rank {victim} lost" in outcome["error"]
+        assert outcome["peer"] == victim and f"rank {victim} lost" in outcome["error"], outcome["error"]
         assert outcome["seconds"] < outcome["timeout"]
         assert outcome["committed"] == [0] and outcome["layer"] == 1
 

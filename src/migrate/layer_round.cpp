@@ -1,7 +1,8 @@
-// layer_round.cpp - Migrator::migrate: the round, layer by layer. Per layer:
-// plan, publish checksums, attempts (layer_attempt.cpp) each closed by a
-// unanimous vote, commit or retry, abort after the last retry. Also the
-// round report's sums and the after-round agreement.
+// layer_round.cpp - Migrator::migrate: the round. First every layer is
+// planned and the checksums of every changed layer are published in one
+// allgather; then, layer by layer: attempts (layer_attempt.cpp) each closed
+// by a unanimous vote, commit or retry, abort after the last retry. Also
+// the round report's sums and the after-round agreement.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,6 +32,115 @@ Code first_code(const std::vector<std::string>& reasons) {
   return Code::Aborted;
 }
 
+// The transfer deadline scales with what a rank reads; collectives wait for
+// the slowest rank's transfers plus a margin. Every rank computes the same
+// plan, so the largest read is known everywhere.
+struct LayerDeadlines {
+  double transfer_seconds = 0, collective_seconds = 0;
+};
+LayerDeadlines layer_deadlines(const Migrator::State& state, const MigrateOptions& options, const LayerPlan& plan) {
+  const uint64_t expert_bytes = state.store->layout().bytes_per_expert(plan.layer);
+  uint64_t largest_read = 0;
+  for (const auto& rank_plan : plan.ranks) {
+    uint64_t bytes = 0;
+    for (const auto& request : rank_plan.reads) bytes += uint64_t(request.slots()) * expert_bytes;
+    largest_read = std::max(largest_read, bytes);
+  }
+  LayerDeadlines deadlines;
+  deadlines.transfer_seconds =
+      options.timeout_seconds > 0 ? options.timeout_seconds : 5.0 + double(largest_read) / double(256ull << 20);
+  deadlines.collective_seconds = options.collective_timeout_seconds > 0 ? options.collective_timeout_seconds
+                                                                         : deadlines.transfer_seconds + 10.0;
+  return deadlines;
+}
+
+// Whether a layer moves any row (otherwise only its replica order may change).
+bool moves_rows(const LayerPlan& plan) {
+  return plan.stats.slots_local_copy + plan.stats.slots_read_intra_node + plan.stats.slots_read_inter_node > 0;
+}
+
+// This rank's publication for one layer: the checksum of every row a peer
+// reads from it (remembered by the store when known, computed otherwise)
+// and which of its buffers is live.
+std::string my_checksums(Migrator::State& state, const LayerPlan& plan) {
+  const int layer = plan.layer, tensors = state.tensors(layer);
+  ExpertStore& store = *state.store;
+  std::vector<uint64_t> mine;
+  mine.reserve(plan.slots_read_from[state.me()].size() * size_t(tensors));
+  for (int slot : plan.slots_read_from[state.me()])
+    for (int t = 0; t < tensors; ++t) mine.push_back(store.known_checksum(layer, slot - store.first_slot(), t));
+  return encode_sums(mine, store.live_buffer(layer));
+}
+
+// Every rank's publication for one layer, decoded and indexed by slot.
+void decode_layer_sums(const Migrator::State& state, const LayerPlan& plan, const std::vector<std::string_view>& parts,
+                       PublishedSums& published) {
+  const int ranks = state.topology.num_ranks, tensors = state.tensors(plan.layer);
+  published.sums.resize(size_t(ranks));
+  published.index.resize(size_t(ranks));
+  published.live.assign(size_t(ranks), 0);
+  for (int r = 0; r < ranks; ++r) {
+    const auto& slots = plan.slots_read_from[r];
+    for (size_t i = 0; i < slots.size(); ++i) published.index[r][slots[i]] = i;
+    auto decoded = decode_sums(parts[size_t(r)], slots.size() * size_t(tensors), r, plan.layer,
+                               !state.ranks[r].spare_tensors.empty());
+    if (decoded) std::tie(published.sums[r], published.live[r]) = std::move(decoded).value();
+    else if (published.status.is_ok()) published.status = decoded.status();
+  }
+}
+
+// Splits each rank's round message into its per-layer parts (one blob per
+// changed layer, in layer order); a malformed message leaves that rank's
+// parts empty, which decode_sums then refuses (Mismatch naming the rank).
+std::vector<std::vector<std::string_view>> split_round_messages(const std::vector<std::string>& messages,
+                                                                size_t layers) {
+  std::vector<std::vector<std::string_view>> parts(layers, std::vector<std::string_view>(messages.size()));
+  for (size_t r = 0; r < messages.size(); ++r) {
+    bytes::Reader reader(messages[r]);
+    std::vector<std::string_view> mine;
+    for (size_t k = 0; k < layers && reader.ok(); ++k) mine.push_back(reader.blob(messages[r].size()));
+    if (!reader.ok() || reader.remaining() != 0) continue;
+    for (size_t k = 0; k < layers; ++k) parts[k][r] = mine[k];
+  }
+  return parts;
+}
+
+// Sources publish the checksums of every changed layer of the round in ONE
+// allgather at its start (a round runs changed layers + 2 collectives: this
+// one, a vote per attempt, the after-round agreement). Valid because a
+// layer's rows and live buffer change only in its own commit, after every
+// rank's reads of it landed. Returns PublishedSums per layer ([layer]).
+std::vector<PublishedSums> round_checksums(Migrator::State& state, const MigrateOptions& options,
+                                           const std::vector<Result<LayerPlan>>& plans) {
+  std::vector<PublishedSums> published(plans.size());
+  std::vector<const LayerPlan*> changed;
+  double seconds = 0;
+  for (const auto& planned : plans) {
+    if (!planned) break;  // that layer stops the round: later layers never run
+    if (!moves_rows(*planned)) continue;
+    changed.push_back(&planned.value());
+    seconds = std::max(seconds, layer_deadlines(state, options, *planned).collective_seconds);
+  }
+  if (changed.empty()) return published;
+  Stopwatch phase;
+  bytes::Writer writer;
+  for (const LayerPlan* plan : changed) writer.blob(my_checksums(state, *plan));
+  const std::string message = writer.take();
+  auto gathered = with_progress(*state.agent, [&] {
+    return state.group->allgather(message, Deadline::after_seconds(seconds));
+  });
+  PublishedSums& first = published[size_t(changed.front()->layer)];
+  first.seconds = phase.seconds();
+  if (!gathered) {
+    first.lost = gathered.status();
+    return published;
+  }
+  const auto parts = split_round_messages(gathered.value(), changed.size());
+  for (size_t k = 0; k < changed.size(); ++k)
+    decode_layer_sums(state, *changed[k], parts[k], published[size_t(changed[k]->layer)]);
+  return published;
+}
+
 // One layer of one round on this rank.
 class LayerRun {
  public:
@@ -40,14 +150,15 @@ class LayerRun {
     report_.layer = layer;
   }
   // Ok when the layer committed or had nothing to move; otherwise the
-  // Status that stops the round.
-  Status run(Placement& current, const Placement& target);
+  // Status that stops the round. `published`: this layer's share of the
+  // round's checksum allgather (round_checksums), unused when the layer
+  // does not change.
+  Status run(const Result<LayerPlan>& planned, const PublishedSums& published, Placement& current,
+             const Placement& target);
   LayerReport& report() { return report_; }
 
  private:
   void record_plan(const LayerPlan& plan);
-  void set_deadlines(const LayerPlan& plan);
-  PublishedSums publish_checksums(const LayerPlan& plan, Status* lost_status);
   Status attempt(const LayerPlan& plan, const PublishedSums& published, Placement& current, const Placement& target,
                  int number, bool* committed);
   Status lost(const Status& failure, const std::string& during);
@@ -79,25 +190,7 @@ void LayerRun::record_plan(const LayerPlan& plan) {
   report_.descriptors = plan.stats.descriptors;
   for (const auto& request : plan.ranks[state_.me()].reads)
     report_.bytes_read_here += uint64_t(request.slots()) * expert_bytes;
-  report_.changed =
-      plan.stats.slots_local_copy + plan.stats.slots_read_intra_node + plan.stats.slots_read_inter_node > 0;
-}
-
-// The transfer deadline scales with what a rank reads; collectives wait for
-// the slowest rank's transfers plus a margin. Every rank computes the same
-// plan, so the largest read is known everywhere.
-void LayerRun::set_deadlines(const LayerPlan& plan) {
-  const uint64_t expert_bytes = state_.store->layout().bytes_per_expert(layer_);
-  uint64_t largest_read = 0;
-  for (const auto& rank_plan : plan.ranks) {
-    uint64_t bytes = 0;
-    for (const auto& request : rank_plan.reads) bytes += uint64_t(request.slots()) * expert_bytes;
-    largest_read = std::max(largest_read, bytes);
-  }
-  transfer_seconds_ = options_.timeout_seconds > 0 ? options_.timeout_seconds
-                                                   : 5.0 + double(largest_read) / double(256ull << 20);
-  collective_seconds_ =
-      options_.collective_timeout_seconds > 0 ? options_.collective_timeout_seconds : transfer_seconds_ + 10.0;
+  report_.changed = moves_rows(plan);
 }
 
 Status LayerRun::lost(const Status& failure, const std::string& during) {
@@ -108,41 +201,6 @@ Status LayerRun::lost(const Status& failure, const std::string& during) {
                             "this rank (live weights and mapping untouched); layers committed to the new placement "
                             "this round: {}",
                             state_.me(), layer_, during, failure.message(), layer_, layer_list(committed_)));
-}
-
-// Sources publish the checksum of every row a peer reads in this layer
-// (remembered by the store when known, computed otherwise).
-PublishedSums LayerRun::publish_checksums(const LayerPlan& plan, Status* lost_status) {
-  const int tensors = state_.tensors(layer_), me = state_.me();
-  ExpertStore& store = *state_.store;
-  Stopwatch phase;
-  std::vector<uint64_t> mine;
-  mine.reserve(plan.slots_read_from[me].size() * size_t(tensors));
-  for (int slot : plan.slots_read_from[me])
-    for (int t = 0; t < tensors; ++t) mine.push_back(store.known_checksum(layer_, slot - store.first_slot(), t));
-  const std::string message = encode_sums(mine, store.live_buffer(layer_));
-  auto gathered = with_progress(*state_.agent, [&] {
-    return state_.group->allgather(message, Deadline::after_seconds(collective_seconds_));
-  });
-  report_.seconds_checksum += phase.seconds();
-  PublishedSums published;
-  if (!gathered) {
-    *lost_status = lost(gathered.status(), "publishing checksums");
-    return published;
-  }
-  const int ranks = state_.topology.num_ranks;
-  published.sums.resize(size_t(ranks));
-  published.index.resize(size_t(ranks));
-  published.live.assign(size_t(ranks), 0);
-  for (int r = 0; r < ranks; ++r) {
-    const auto& slots = plan.slots_read_from[r];
-    for (size_t i = 0; i < slots.size(); ++i) published.index[r][slots[i]] = i;
-    auto decoded = decode_sums(gathered.value()[r], slots.size() * size_t(tensors), r, layer_,
-                               !state_.ranks[r].spare_tensors.empty());
-    if (decoded) std::tie(published.sums[r], published.live[r]) = std::move(decoded).value();
-    else if (published.status.is_ok()) published.status = decoded.status();
-  }
-  return published;
 }
 
 // The sync vote, or (async) the vote that also fixes the commit step.
@@ -210,20 +268,21 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
   return Status::ok();
 }
 
-Status LayerRun::run(Placement& current, const Placement& target) {
-  auto planned = plan_layer(current.layer_phy2log(layer_), target.layer_phy2log(layer_), state_.topology, layer_);
+Status LayerRun::run(const Result<LayerPlan>& planned, const PublishedSums& published, Placement& current,
+                     const Placement& target) {
   if (!planned) return planned.status().with_context(fmt::format("planning layer {}", layer_));
   const LayerPlan& plan = planned.value();
   record_plan(plan);
-  set_deadlines(plan);
+  const LayerDeadlines deadlines = layer_deadlines(state_, options_, plan);
+  transfer_seconds_ = deadlines.transfer_seconds;
+  collective_seconds_ = deadlines.collective_seconds;
   const auto& my_ops = plan.ranks[state_.me()].slots;
   swap_ = options_.commit == CommitMode::Swap &&
           std::any_of(my_ops.begin(), my_ops.end(), [](const SlotOp& op) { return op.action != SlotAction::Keep; });
   // Same experts in the same slots: only the replica order may differ.
   if (!report_.changed) return commit([&] { return current.set_layer(layer_, target, layer_); }, -1);
-  Status lost_status;
-  PublishedSums published = publish_checksums(plan, &lost_status);
-  EPLB_TRY(lost_status);
+  report_.seconds_checksum += published.seconds;
+  if (!published.lost.is_ok()) return lost(published.lost, "publishing checksums");
   bool committed = false;
   for (int number = 0; number <= options_.retries && !committed; ++number)
     EPLB_TRY(attempt(plan, published, current, target, number, &committed));
@@ -249,11 +308,21 @@ RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Pla
     report.status = valid_target.with_context("migrate: the target placement");
   else if (Status mode = check_commit_mode(options.commit, *state.store); !mode)
     report.status = mode;
+  // Every layer is planned up front (plan_layer is pure, and a layer's
+  // mapping changes only in its own commit), so that one allgather carries
+  // the round's checksums.
+  std::vector<Result<LayerPlan>> plans;
+  std::vector<PublishedSums> published;
+  if (report.status.is_ok()) {
+    for (int layer = 0; layer < state.topology.num_layers; ++layer)
+      plans.push_back(plan_layer(current.layer_phy2log(layer), target.layer_phy2log(layer), state.topology, layer));
+    published = round_checksums(state, options, plans);
+  }
   std::vector<int> committed;
   for (int layer = 0; report.status.is_ok() && layer < state.topology.num_layers; ++layer) {
     Stopwatch layer_clock;
     LayerRun run(state, options, layer, committed, gate);
-    report.status = run.run(current, target);
+    report.status = run.run(plans[size_t(layer)], published[size_t(layer)], current, target);
     LayerReport& layer_report = run.report();
     layer_report.seconds = layer_clock.seconds();
     if (options.on_layer_done) options.on_layer_done(layer_report);

@@ -60,6 +60,8 @@ struct PublishedSums {
   std::vector<int> live;                          // [source rank] 0 or 1
   std::vector<std::map<int, size_t>> index;       // [source rank] slot -> position in slots_read_from
   Status status;                                  // a malformed message, if any
+  Status lost;     // the round's checksum allgather failed (a rank lost): the round stops
+  double seconds = 0;  // the round's allgather, counted in its first changed layer's report
 };
 std::string encode_sums(const std::vector<uint64_t>& sums, int live_buffer);
 // The checksums and the live buffer a rank published; Mismatch when

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <gtest/gtest.h>
 #include <random>
 #include <thread>
@@ -35,7 +36,25 @@ Placement random_placement(const Topology& topology, std::mt19937_64& rng) {
       .value();
 }
 
+// Forwards to another group and counts the collectives by kind.
+class CountingGroup final : public ProcessGroup {
+ public:
+  explicit CountingGroup(ProcessGroup& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend_name() const override { return inner_.backend_name(); }
+  Result<std::vector<std::string>> exchange(Collective kind, std::string mine, Deadline deadline) override {
+    ++counts[kind];
+    return inner_.exchange(kind, std::move(mine), deadline);
+  }
+  std::map<Collective, int> counts;
+
+ private:
+  ProcessGroup& inner_;
+};
+
 struct RankResult {
+  std::map<Collective, int> round_collectives;  // during migrate() only, summed over the rounds
   std::vector<RoundReport> rounds;
   Placement final_placement;
   Status verified;
@@ -60,7 +79,9 @@ Status remembered_checksums_match(const ExpertStore& store) {
 std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<TensorSpec>& tensors,
                                    const std::vector<Placement>& targets, const std::string& fault_spec = "",
                                    MigrateOptions options = {}) {
-  auto groups = make_thread_groups(topology.num_ranks);
+  auto thread_groups = make_thread_groups(topology.num_ranks);
+  std::vector<std::unique_ptr<CountingGroup>> groups;
+  for (auto& group : thread_groups) groups.push_back(std::make_unique<CountingGroup>(*group));
   std::vector<RankResult> results(size_t(topology.num_ranks));
   std::string prefix = "executor-test-" + std::to_string(agent_counter++) + "-";
   StoreLayout layout = StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), tensors);
@@ -86,12 +107,14 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
         result.setup = migrator.status();
         return;
       }
+      groups[size_t(r)]->counts.clear();
       for (const auto& target : targets) {
         RoundReport report = (*migrator)->migrate(current, target);
         bool ok = report.status.is_ok();
         result.rounds.push_back(std::move(report));
         if (!ok) break;
       }
+      result.round_collectives = groups[size_t(r)]->counts;
       result.final_placement = current;
       result.verified = testing::verify_rows(**store, current);
       result.checksums = remembered_checksums_match(**store);
@@ -206,6 +229,31 @@ TEST(Executor, NoChangeMovesNothing) {
   expect_consistent(results);
   EXPECT_EQ(results[0].rounds[0].bytes_moved(), 0u);
   for (const auto& layer : results[0].rounds[0].layers) EXPECT_FALSE(layer.changed);
+}
+
+TEST(Executor, OneChecksumAllgatherPerRoundAndOneVotePerChangedLayer) {
+  // A round publishes the checksums of all its changed layers in one
+  // allgather, then votes once per changed layer (no retries here); an
+  // unchanged layer runs no collective. 5 layers, layer 2 unchanged.
+  Topology topology{5, 16, 24, 4, 2, 4};
+  std::mt19937_64 rng(5);
+  Placement target = random_placement(topology, rng);
+  ASSERT_TRUE(target.set_layer(2, default_placement(topology), 2));
+  for (CommitMode commit : {CommitMode::Copy, CommitMode::Swap}) {
+    MigrateOptions options;
+    options.commit = commit;
+    auto results = run_rounds(topology, {{"w", 256}, {"b", 64}}, {target}, "", options);
+    expect_consistent(results);
+    for (const auto& result : results) {
+      ASSERT_EQ(result.rounds.size(), 1u);
+      int changed = 0;
+      for (const auto& layer : result.rounds[0].layers) changed += layer.changed ? 1 : 0;
+      EXPECT_EQ(changed, 4);
+      EXPECT_EQ(result.round_collectives.size(), 2u);
+      EXPECT_EQ(result.round_collectives.at(Collective::Allgather), 1);
+      EXPECT_EQ(result.round_collectives.at(Collective::Vote), changed);
+    }
+  }
 }
 
 // ------------------------------------------------------------- faults ---

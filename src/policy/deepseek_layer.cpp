@@ -118,7 +118,10 @@ void LayerBlock::run(const double* load, int first, int count, const LayerOutput
 void LayerBlock::group_layer(int b) {
   const DeepSeekShape& s = shape_;
   int32_t* mlog2log = mlog2log_.data() + size_t(b) * size_t(s.experts);
-  if (s.groups == 1) {  // one group on one node: mlog is the expert index
+  // One group per node (one group on one node included): the packing's
+  // published special case puts group g on node g whatever the loads, so
+  // mlog is the expert index and the group sums are not needed.
+  if (s.groups == s.nodes) {
     std::iota(mlog2log, mlog2log + s.experts, 0);
     return;
   }

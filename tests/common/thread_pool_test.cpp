@@ -131,6 +131,13 @@ TEST(ThreadPool, PoolsStartAndStopCleanly) {
 TEST(ThreadPool, ForkedChildGetsWorkersOfItsOwn) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer does not support threads started after a multi-threaded fork";
+#elif defined(__SANITIZE_ADDRESS__)
+  // Measured 2026-12-05: under AddressSanitizer the child's new worker
+  // sometimes never runs (3 of 20 runs of a build from before any change
+  // that day, 1-2 of 15 after; 0 of 30 without sanitizers), a fork of a
+  // multi-threaded process that the sanitizer's runtime does not survive
+  // reliably. The test runs in every uninstrumented build (scripts/test.sh).
+  GTEST_SKIP() << "AddressSanitizer's runtime does not reliably start threads after a multi-threaded fork";
 #else
   parallel_for(8, 2, [](size_t) {});  // the parent's pool has a worker
   const pid_t child = ::fork();

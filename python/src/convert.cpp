@@ -39,7 +39,7 @@ std::string shape_text(const py::array& array) {
 
 int checked_extent(const py::array& array, py::ssize_t dim, const char* name) {
   py::ssize_t extent = array.shape(dim);
-  if (extent <= 0 || extent > (py::ssize_t(1) << 30))
+  if (!extent_in_range(extent))
     throw_invalid(std::string(name) + " has shape " + shape_text(array) + ": every dimension must be in [1, 2^30]");
   return static_cast<int>(extent);
 }

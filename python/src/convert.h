@@ -30,6 +30,10 @@ using DoubleArray = py::array_t<double, py::array::c_style | py::array::forcecas
 using Float32Array = py::array_t<float, py::array::c_style>;  // exactly float32, C order: no conversion
 using IndexArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
+// Whether an array dimension is in [1, 2^30], the range every input extent
+// must be in (checked_extent throws the error for one outside it).
+inline bool extent_in_range(py::ssize_t extent) { return extent >= 1 && extent <= (py::ssize_t(1) << 30); }
+
 // A failed Status on its way to Python (see register_status_translator).
 class StatusError : public std::runtime_error {
  public:

@@ -120,9 +120,7 @@ std::optional<Topology> in_place_topology(const py::array& weight, const PlaceAr
   if (!is_plain_deepseek(arguments) || arguments.estimator != "sum" || !py::isinstance<InPlaceLoads>(weight) ||
       weight.ndim() != 2)
     return std::nullopt;
-  const py::ssize_t limit = py::ssize_t(1) << 30;
-  if (weight.shape(0) < 1 || weight.shape(0) > limit || weight.shape(1) < 1 || weight.shape(1) > limit)
-    return std::nullopt;
+  if (!extent_in_range(weight.shape(0)) || !extent_in_range(weight.shape(1))) return std::nullopt;
   Topology topology{int(weight.shape(0)), int(weight.shape(1)), arguments.num_slots, arguments.num_groups,
                     arguments.num_nodes, arguments.num_ranks};
   if (!topology.validate().is_ok()) return std::nullopt;

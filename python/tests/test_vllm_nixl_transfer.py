@@ -31,5 +31,5 @@ def test_nixl_surface_in_vllms_order(tmp_path):
         assert outcome["explain_done"].startswith("READ of 4 descriptor(s) (1024 B) from agent nixl-test-")
         assert "not found" in outcome["outside"] or "registered" in outcome["outside"]
         assert outcome["stall_state"] == "ERR"
-        assert outcome["stall_explain"].startswith("timeout: READ of 1 descriptor(s) (256 B) from agent nixl-test-")
+        assert outcome["stall_explain"].startswith("timeout: READ of 1 descriptor(s) (256 B) from agent nixl-stall-")
         assert "deadline of 0.3 s" in outcome["stall_explain"]

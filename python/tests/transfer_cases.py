@@ -134,11 +134,19 @@ def nixl_script(rank: int, world: int) -> dict:
     os.environ["EPLB_NIXL_INJECT"] = "stall=1.0,seed=1"
     stalling = nixl.nixl_agent(f"nixl-stall-{rank}", nixl.nixl_agent_config(default_deadline=0.3))
     del os.environ["EPLB_NIXL_INJECT"]
-    stalling.register_memory([landing])
-    stall_name = stalling.add_remote_agent(bytes.fromhex(gathered[peer]["md"]))
+    # The stalling agents pair with each other, and both poll at once (after
+    # the barrier): UCX's connection handshake between them completes while
+    # they do. Paired with the peer's first agent, which polled nothing then,
+    # the handshake's reply could arrive while the endpoint was being closed
+    # at teardown, which UCX 1.13 aborts on (seen once in a CI rehearsal).
+    stalling.register_memory([weights, landing])
+    stall_mds = [None] * world
+    dist.all_gather_object(stall_mds, stalling.get_agent_metadata().hex())
+    stall_name = stalling.add_remote_agent(bytes.fromhex(stall_mds[peer]))
     stall_remote = stalling.prep_xfer_dlist(stall_name, remote[:1], "DRAM")
     stall_local = stalling.prep_xfer_dlist("NIXL_INIT_AGENT", local[:1], "DRAM")
     stalled = stalling.make_prepped_xfer("READ", stall_local, [0], stall_remote, [0])
+    dist.barrier()
     state = stalling.transfer(stalled)
     while state == "PROC":
         state = stalling.check_xfer_state(stalled)

@@ -7,6 +7,7 @@ expert to the next rank (every byte read intra-node) and back the next round. Me
 its rounds' median and spread:
 - Python, plain heap tensors (UCX 1.13 emulates RMA on registered heap memory);
 - Python, eplb.empty tensors (agent-allocated shared memory: the zero-copy path);
+- the same with reuse_checksums=True (sources not hashed again each round, as `eplb run` does);
 - `eplb run` on the same shape (its policy decides what moves; GB/s = bytes moved / round time);
 - single-thread memcpy of 8 MiB rows, DRAM to DRAM between distinct buffers (bench/memcpy_bench when
   built, else numpy), same bytes.
@@ -42,16 +43,16 @@ def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
     home = np.tile(np.arange(EXPERTS), (LAYERS, 1))
     moved = np.roll(home, SLOTS, axis=1)  # every expert to the next rank
     results = {}
-    for kind in ("plain", "empty"):
-        new = eplb.empty if kind == "empty" else torch.empty
-        extra = {"transport": "shm"} if kind == "empty" else {}
+    for kind in ("plain", "empty", "reuse"):
+        new = eplb.empty if kind != "plain" else torch.empty
+        extra = {"transport": "shm"} if kind != "plain" else {}
         weights = [[new((SLOTS, EXPERT_BYTES * 2 // 3 // 4), dtype=torch.float32, **extra),
                     new((SLOTS, (EXPERT_BYTES - EXPERT_BYTES * 2 // 3 // 4 * 4) // 2), dtype=torch.bfloat16, **extra)]
                    for _ in range(LAYERS)]
         for layer in weights:
             for tensor in layer:
                 tensor.view(torch.uint8).fill_(rank + 1)
-        migrator = eplb.Migrator(weights, transport="shm", timeout=60)
+        migrator = eplb.Migrator(weights, transport="shm", timeout=60, reuse_checksums=kind == "reuse")
         speeds, placement = [], home
         for _ in range(rounds):
             target = moved if placement is home else home
@@ -140,6 +141,7 @@ def main() -> None:
     print(f"{'path':<28} {'median':>8} {'min':>8} {'max':>8} {'rounds':>6}  {'/ eplb run':>6}  {'/ memcpy':>6}")
     print(row("Python, plain heap tensors", python["plain"]["gbps"], peers))
     print(row("Python, eplb.empty tensors", python["empty"]["gbps"], peers))
+    print(row("  + reuse_checksums=True", python["reuse"]["gbps"], peers))
     print(row("eplb run (CLI)", cli, peers))
     print(row("memcpy, one thread", memcpy, peers))
     print("GB/s = 1e9 bytes per second; goals: Python within 10% of eplb run, eplb.empty >= 0.5 of memcpy")

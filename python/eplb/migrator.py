@@ -15,6 +15,12 @@ Contract:
 - `start(old_phy2log, new_phy2log, *, layers=None, lead_steps=2)` is collective: the same round
   overlapped with serving, returning an eplb.AsyncMigration (eplb/async_migration.py) whose
   commit_ready() the serving loop calls once per step. One round at a time per Migrator.
+- Checksums: every row a peer reads is checked against its source's checksum. By default a round
+  hashes its sources afresh (the engine may have written its tensors since the last round). With
+  `reuse_checksums=True` the checksums of rows eplb hashed, received or committed in earlier rounds
+  are reused, saving one read of every moved row per round; the engine then calls
+  `weights_rewritten(layers)` after writing expert rows itself (a weight reload). A stale checksum
+  is never trusted silently: the receiving rank's check fails and the round raises MigrationError.
 """
 from __future__ import annotations
 
@@ -50,11 +56,17 @@ class Migrator:
         verify: after each round the ranks confirm they committed the same mapping (report["verified"]).
         on_layer: optional callable(layer_report) called on every rank after each layer.
         inject: fault injection for tests, e.g. "err=0.2,seed=3" (a private agent; plain tensors only).
+        reuse_checksums: reuse the checksums of earlier rounds for rows the engine has not written
+            since (see the module's docstring); False: every round hashes its sources again.
     """
 
     def __init__(self, expert_weights, *, group=None, num_nodes: int = 1, transport: str = "auto",
-                 timeout: float = 30.0, retries: int = 2, verify: bool = True, on_layer=None, inject: str = ""):
+                 timeout: float = 30.0, retries: int = 2, verify: bool = True, on_layer=None, inject: str = "",
+                 reuse_checksums: bool = False):
         _check_options(num_nodes, transport, timeout, retries)
+        if not isinstance(reuse_checksums, bool):
+            raise Error(f"reuse_checksums must be True or False, got {reuse_checksums!r}")
+        self._reuse_checksums = reuse_checksums
         self._group = _as_group(group)
         self._timeout, self._verify = float(timeout), bool(verify)
         self._weights = [list(layer) for layer in expert_weights] if _is_sequence(expert_weights) else None
@@ -92,6 +104,8 @@ class Migrator:
     def migrate(self, old_phy2log, new_phy2log, *, layers=None) -> dict:
         """Collective: moves every layer (or `layers`) from old_phy2log to new_phy2log ([layers][slots])."""
         old, new, experts = self._round_arguments(old_phy2log, new_phy2log, layers)
+        if not self._reuse_checksums:
+            self._native.forget_checksums([])
         code, message, layer_reports, seconds, retries = self._native.migrate(old, new, experts)
         self._observe_round(layer_reports)
         if code != "ok":
@@ -105,6 +119,20 @@ class Migrator:
                                      rank=self._group.rank, operation="agreeing on the round", elapsed_s=seconds,
                                      committed_layers=[item["layer"] for item in layer_reports if item["committed"]])
         return report
+
+    def weights_rewritten(self, layers=None) -> None:
+        """Tells eplb the engine wrote these layers' expert rows itself (None: every layer).
+
+        Only needed with reuse_checksums=True: the checksums eplb remembers for those rows are
+        dropped, and the next round hashes them again. Not while a round started by start() runs.
+        """
+        if self._async is not None and not self._async.done():
+            raise Error("weights_rewritten: an async round is running; call it after the round is done",
+                        "not allowed")
+        chosen = [] if layers is None else [int(layer) for layer in layers]
+        if layers is not None and not chosen:
+            return
+        self._native.forget_checksums(chosen)
 
     def start(self, old_phy2log, new_phy2log, *, layers=None, lead_steps: int = 2) -> AsyncMigration:
         """Collective: starts the round of migrate() overlapped with serving and returns at once.
@@ -122,6 +150,8 @@ class Migrator:
         if not isinstance(lead_steps, int) or not 1 <= lead_steps <= 1000:
             raise Error(f"lead_steps must be an int in [1, 1000], got {lead_steps!r}")
         old, new, experts = self._round_arguments(old_phy2log, new_phy2log, layers)
+        if not self._reuse_checksums:
+            self._native.forget_checksums([])
         native = self._native.start(old, new, experts, lead_steps)
         self._async = AsyncMigration(self, native, make_error=self._round_error, make_report=self._round_report)
         return self._async
@@ -160,6 +190,9 @@ class Migrator:
         """The typed exception of a failed round; a Migrator whose group is broken refuses later rounds."""
         for item in layer_reports:
             item["path"] = self._paths[item["layer"]]
+        if self._reuse_checksums and "checksum mismatch" in message:
+            message += ("; reuse_checksums=True: if the engine wrote its expert rows since an earlier round, "
+                        "call Migrator.weights_rewritten() after writing them")
         error = _migration_error(code, message, layer_reports, seconds, self._group.rank, self._agent_names)
         if isinstance(error, (PeerLostError, TimeoutError)):
             self._broken = str(error)

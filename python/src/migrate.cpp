@@ -103,7 +103,6 @@ class Migration {
     Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
     Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
     throw_if_error(migrator_->set_num_experts(num_experts));
-    store_->forget_checksums();  // the engine may have rewritten its weights since the last round
     RoundReport report;
     {
       UseOfAgent use(*agent_);
@@ -112,6 +111,19 @@ class Migration {
     }
     rethrow_callback_failure();
     return report_tuple(report);
+  }
+
+  // Drops the remembered checksums of `layers` (every layer when empty): the
+  // engine wrote those rows itself, so their sources are hashed again when
+  // next read. Out-of-range layers are refused.
+  void forget_checksums(const std::vector<int>& layers) {
+    if (layers.empty()) return store_->forget_checksums();
+    for (int layer : layers)
+      if (layer < 0 || layer >= store_->layout().num_layers())
+        throw_if_error(error(Code::InvalidArgument, "forget_checksums: layer " + std::to_string(layer) +
+                                                        " is outside [0, " +
+                                                        std::to_string(store_->layout().num_layers()) + ")"));
+    for (int layer : layers) store_->forget_checksums(layer);
   }
 
   // Collective: starts an async round (eplb/migrate_async.h); the returned
@@ -227,7 +239,6 @@ std::unique_ptr<AsyncRound> Migration::start(const IndexArray& old_phy2log, cons
   Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
   Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
   throw_if_error(migrator_->set_num_experts(num_experts));
-  store_->forget_checksums();
   return std::make_unique<AsyncRound>(*this, std::move(current), target, lead_steps);
 }
 
@@ -247,6 +258,7 @@ void bind_migrate(py::module_& module) {
       .def("migrate", &Migration::migrate, py::arg("old_phy2log"), py::arg("new_phy2log"), py::arg("num_experts"))
       .def("start", &Migration::start, py::keep_alive<0, 1>(), py::arg("old_phy2log"), py::arg("new_phy2log"),
            py::arg("num_experts"), py::arg("lead_steps"))
+      .def("forget_checksums", &Migration::forget_checksums, py::arg("layers"))
       .def("agree", &Migration::agree, py::arg("phy2log"), py::arg("num_experts"), py::arg("seconds"),
            py::arg("check_failure"));
   py::class_<AsyncRound>(module, "AsyncRound")

@@ -36,15 +36,19 @@ def fill(weights, phy2log, rank: int) -> None:
                 rows[i] = torch.from_numpy(expert_bytes(expert, l, t, rows.shape[1]))
 
 
-def mismatches(weights, phy2log, rank: int) -> list[str]:
-    """Every (layer, slot, tensor) whose bytes are not its expert's under phy2log."""
+def mismatches(weights, phy2log, rank: int, rewritten=()) -> list[str]:
+    """Every (layer, slot, tensor) whose bytes are not its expert's under phy2log.
+
+    rewritten: layers whose rows the engine rewrote (their expert's bytes XOR 0x5A, see rewrite).
+    """
     wrong = []
     for l, layer in enumerate(weights):
         for t, tensor in enumerate(layer):
             rows = tensor.view(tensor.shape[0], -1).view(torch.uint8).numpy()
             for i in range(tensor.shape[0]):
                 slot = rank * tensor.shape[0] + i
-                if not np.array_equal(rows[i], expert_bytes(int(phy2log[l][slot]), l, t, rows.shape[1])):
+                expected = expert_bytes(int(phy2log[l][slot]), l, t, rows.shape[1])
+                if not np.array_equal(rows[i], expected ^ 0x5A if l in rewritten else expected):
                     wrong.append(f"layer {l} slot {slot} tensor {t}")
     return wrong
 
@@ -78,6 +82,56 @@ def shapes_round_trip(rank: int, world: int) -> list[dict]:
                             "committed": report["totals"]["layers_committed"],
                             "moved": report["totals"]["bytes_moved"]})
     return results
+
+
+def rewrite(weights, layer: int) -> None:
+    """The engine writes a layer's rows itself (a weight reload): every byte XOR 0x5A."""
+    for tensor in weights[layer]:
+        rows = tensor.view(torch.uint8)
+        rows.copy_(rows ^ 0x5A)
+
+
+def reused_checksums(rank: int, world: int) -> dict:
+    """reuse_checksums=True: later rounds reuse checksums; an unannounced rewrite fails loudly, an announced one works.
+
+    Every expert moves to the next rank each round, so every row is read by a peer and checked.
+    """
+    layers, slots = 2, 3
+    home = np.tile(np.arange(slots * world) % (2 * slots), (layers, 1))
+    away = np.roll(home, slots, axis=1)
+    weights = make_weights(layers, slots, "plain")
+    fill(weights, home, rank)
+    migrator = eplb.Migrator(weights, timeout=20, retries=1, reuse_checksums=True)
+    migrator.migrate(home, away)
+    outcome = {"first": mismatches(weights, away, rank)}
+    migrator.migrate(away, home)
+    outcome["second"] = mismatches(weights, home, rank)
+    rewrite(weights, 0)  # not announced: the checksums eplb remembers for layer 0 are stale
+    try:
+        migrator.migrate(home, away)
+        outcome["stale"], committed = None, list(range(layers))
+    except eplb.MigrationError as failure:
+        outcome["stale"], committed = str(failure), failure.committed_layers
+    outcome["stale_committed"] = committed
+    current = np.where(np.isin(np.arange(layers), committed)[:, None], away, home)
+    outcome["after_stale"] = mismatches(weights, current, rank, rewritten={0})
+    migrator.weights_rewritten([0])
+    migrator.migrate(current, away)
+    outcome["announced"] = mismatches(weights, away, rank, rewritten={0})
+    try:
+        migrator.weights_rewritten([layers])
+        outcome["bad_layer"] = None
+    except eplb.Error as failure:
+        outcome["bad_layer"] = str(failure)
+    # The default hashes sources every round: an unannounced rewrite is simply moved.
+    plain = make_weights(layers, slots, "plain")
+    fill(plain, home, rank)
+    default = eplb.Migrator(plain, timeout=20)
+    default.migrate(home, away)
+    rewrite(plain, 1)
+    default.migrate(away, home)
+    outcome["default"] = mismatches(plain, home, rank, rewritten={1})
+    return outcome
 
 
 def no_change(rank: int, world: int) -> dict:
@@ -234,6 +288,7 @@ def suite(rank: int, world: int, fault_names: list[str]) -> dict:
     results = {"shapes": shapes_round_trip(rank, world), "allgather": allgather_lengths(rank, world)}
     if world == 2:
         results["no_change"] = no_change(rank, world)
+        results["reused_checksums"] = reused_checksums(rank, world)
         results["layout"] = layout_mismatch(rank, world)
         results["explicit_store"] = explicit_store(rank, world)
     results["faults"] = {name: faults(rank, world, spec, timeout, retries)

@@ -55,6 +55,19 @@ def test_no_change_moves_nothing(two_ranks):
         assert result["no_change"] == {"moved": 0, "changed": [False, False], "wrong": []}
 
 
+def test_reused_checksums_skip_rehashing_and_a_rewrite_must_be_announced(two_ranks):
+    for rank, result in enumerate(two_ranks):
+        case = result["reused_checksums"]
+        assert case["first"] == [] and case["second"] == [], f"rank {rank} {case}"
+        # The stale checksums were used (a fresh hash would have passed), and the failure says why.
+        assert "checksum mismatch" in case["stale"] and "weights_rewritten()" in case["stale"], case["stale"]
+        assert 0 not in case["stale_committed"]
+        assert case["after_stale"] == []  # layer 0 wholly old (its rewritten bytes), layer 1 old or new
+        assert case["announced"] == []
+        assert "layer 2 is outside [0, 2)" in case["bad_layer"]
+        assert case["default"] == []
+
+
 def test_collectives_check_in_under_a_store_the_caller_gives(two_ranks):
     for rank, result in enumerate(two_ranks):
         case = result["explicit_store"]

@@ -38,6 +38,10 @@ inline T load(const uint8_t* in) {
 // XXH3-64 of `data` (seed 0).
 uint64_t checksum(std::span<const uint8_t> data);
 uint64_t checksum(std::string_view data);
+// Copies `length` bytes from `source` to `target` (non-overlapping) and
+// returns checksum() of the copied bytes, hashed in cache-sized pieces right
+// after each is copied: one pass over memory instead of a copy then a hash.
+uint64_t copy_with_checksum(uint8_t* target, const uint8_t* source, size_t length);
 
 class Writer {
  public:

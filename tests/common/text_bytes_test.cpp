@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
 #include "common/bytes.h"
 #include "common/text.h"
 
@@ -107,6 +111,26 @@ TEST(Bytes, ReaderRefusesWhatIsNotThere) {
   bytes::Reader wrong("MAGIX");
   EXPECT_FALSE(wrong.expect("MAGIC"));
   EXPECT_EQ(wrong.u8(), 0);
+}
+
+// bytes::checksum uses libxxhash's vector dispatch: the hashes must be the
+// portable XXH3-64 ones (the test links the plain XXH3_64bits), at every
+// length around the algorithm's and the piece size's boundaries, and
+// copy_with_checksum must copy exactly and hash what it copied.
+TEST(Bytes, ChecksumAndCopyWithChecksumGiveThePortableXxh3) {
+  EXPECT_EQ(bytes::checksum(std::string_view()), 0x2D06800538D394C2ull);  // XXH3-64 of no bytes
+  std::vector<uint8_t> source((1 << 20) + 70000), target(source.size() + 1, 0xEE);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = uint8_t(i * 2654435761u >> 13);
+  for (size_t length : {size_t{0}, size_t{1}, size_t{17}, size_t{240}, size_t{241}, size_t{4099}, size_t{65535},
+                        size_t{65536}, size_t{65537}, size_t{200001}, source.size()}) {
+    SCOPED_TRACE(length);
+    const uint64_t expected = XXH3_64bits(source.data(), length);
+    EXPECT_EQ(bytes::checksum(std::span<const uint8_t>(source.data(), length)), expected);
+    std::fill(target.begin(), target.end(), 0xEE);
+    EXPECT_EQ(bytes::copy_with_checksum(target.data(), source.data(), length), expected);
+    EXPECT_EQ(std::memcmp(target.data(), source.data(), length), 0);
+    EXPECT_EQ(target[length], 0xEE);  // nothing written past the end
+  }
 }
 
 TEST(Bytes, ChecksumIsXxh3) {

@@ -42,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -173,16 +174,23 @@ class Agent {
   // Requests: local_indices[i] pairs with remote_indices[i]; the two
   // descriptors must have the same length. An empty index span means "all
   // descriptors, in order". `notification` (may be empty: none) is
-  // delivered to the peer once the transfer has landed.
+  // delivered to the peer once the transfer has landed. `checksum_landed`
+  // (READ): where the backend copies the bytes itself (UCX shared memory,
+  // loopback) it also hashes them as they land; see landed_checksums().
   Result<RequestId> make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
                                  DescriptorListId remote, std::span<const int> remote_indices,
-                                 const std::string& notification = {});
+                                 const std::string& notification = {}, bool checksum_landed = false);
   // Starts (or, once finished, restarts) a request. NotAllowed while in progress.
   Status post(RequestId request);
   // Drives progress and reports the state; a Failed status carries the message.
   RequestStatus status(RequestId request);
   // Cancels if still running, then frees. A second release is NotFound.
   Status release(RequestId request);
+  // Of a Done READ made with checksum_landed, per segment (one per picked
+  // descriptor pair, in order): the XXH3-64 (seed 0) of the bytes that
+  // landed, computed while they were copied, or empty where the backend did
+  // not copy them itself (the caller hashes those). NotAllowed unless Done.
+  Result<std::vector<std::optional<uint64_t>>> landed_checksums(RequestId request);
 
   // Waits until every request is Done (ok), one Failed (its failure), or the
   // deadline passes (Timeout listing the requests still in progress).

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <unordered_map>
 
 #include "common/bytes.h"
 #include "migrator_state.h"
@@ -39,7 +40,12 @@ struct PostedRead {
   xfer::RequestId request = 0;
   uint64_t bytes = 0;
   std::vector<int> experts;
+  std::vector<const uint8_t*> landing;  // per descriptor: the row it lands in
 };
+
+// Checksums of received rows the transfer layer computed while copying them
+// (UCX shared memory), by landing row; rows not in it are hashed by verify.
+using LandedSums = std::unordered_map<const uint8_t*, uint64_t>;
 
 // The READs of one attempt; released however the attempt ends.
 struct PostedReads {
@@ -68,9 +74,9 @@ uint8_t* landing_row(const AttemptContext& context, int local_slot, int tensor) 
                       : context.store.staging_row(context.layer, local_slot, tensor);
 }
 
-// Staging and spare rows are packed; remote rows are packed unless the
-// peer's engine memory has a wider stride, then one descriptor per row. The
-// remote rows are those of the buffer the source published live.
+// One descriptor per row, so that a checksum the transfer layer computes
+// while copying a descriptor's bytes is one row's. The remote rows are those
+// of the buffer the source published live (their stride may exceed a row).
 void describe_run(const AttemptContext& context, int source_rank, const ReadRun& run, Descriptors& out,
                   PostedRead& posted) {
   const ExpertStore& store = context.store;
@@ -82,12 +88,11 @@ void describe_run(const AttemptContext& context, int source_rank, const ReadRun&
   for (int t = 0; t < tensors; ++t) {
     const uint64_t row_bytes = store.row_bytes(context.layer, t);
     auto [base, stride] = source_tensor(source, live, context.layer, t);
-    const int rows = stride == row_bytes ? 1 : run.count;
-    const uint64_t length = stride == row_bytes ? row_bytes * uint64_t(run.count) : row_bytes;
-    for (int i = 0; i < rows; ++i) {
-      auto landing = reinterpret_cast<uint64_t>(landing_row(context, run.dest_slot - first + i, t));
-      out.local.push_back({landing, length, 0});
-      out.remote.push_back({base + uint64_t(source_local + i) * stride, length, 0});
+    for (int i = 0; i < run.count; ++i) {
+      const uint8_t* landing = landing_row(context, run.dest_slot - first + i, t);
+      posted.landing.push_back(landing);
+      out.local.push_back({reinterpret_cast<uint64_t>(landing), row_bytes, 0});
+      out.remote.push_back({base + uint64_t(source_local + i) * stride, row_bytes, 0});
     }
     posted.bytes += row_bytes * uint64_t(run.count);
   }
@@ -119,7 +124,8 @@ Status post_read(const AttemptContext& context, const ReadRequest& request, cons
   auto remote = context.agent.prepare_remote(source.agent_name, descriptors.remote);
   if (!remote) return fail(remote.status(), "preparing ");
   posted.remote = *remote;
-  auto request_id = context.agent.make_request(xfer::Operation::Read, posted.local, {}, posted.remote, {});
+  auto request_id = context.agent.make_request(xfer::Operation::Read, posted.local, {}, posted.remote, {}, {},
+                                              /*checksum_landed=*/true);
   if (!request_id) return fail(request_id.status(), "");
   posted.request = *request_id;
   if (Status started = context.agent.post(posted.request); !started) return fail(started, "posting ");
@@ -198,8 +204,21 @@ Status wait_reads(const AttemptContext& context, const PostedReads& posted) {
   return Status(waited.code(), fmt::format("{}: {}", where(context), detail.empty() ? waited.to_string() : detail));
 }
 
-// 4. Verify every received row against its source's checksum.
-Status verify_reads(const AttemptContext& context) {
+// The checksums the transfer layer computed while the READs landed.
+LandedSums landed_sums(const AttemptContext& context, const PostedReads& posted) {
+  LandedSums sums;
+  for (const auto& read : posted.reads) {
+    auto landed = context.agent.landed_checksums(read.request);
+    if (!landed || landed->size() != read.landing.size()) continue;  // verify hashes these rows itself
+    for (size_t i = 0; i < read.landing.size(); ++i)
+      if ((*landed)[i]) sums.emplace(read.landing[i], *(*landed)[i]);
+  }
+  return sums;
+}
+
+// 4. Verify every received row against its source's checksum (computed while
+// it landed, or hashed here).
+Status verify_reads(const AttemptContext& context, const LandedSums& landed) {
   const ExpertStore& store = context.store;
   const int layer = context.layer, first = store.first_slot();
   const int tensors = int(store.layout().layers[layer].size());
@@ -215,7 +234,9 @@ Status verify_reads(const AttemptContext& context) {
     for (int t = 0; t < tensors; ++t) {
       const uint64_t expected = context.published.sums[op.source_rank][found->second * size_t(tensors) + size_t(t)];
       const uint8_t* row = landing_row(context, op.slot - first, t);
-      const uint64_t got = bytes::checksum(std::span<const uint8_t>(row, store.row_bytes(layer, t)));
+      auto known = landed.find(row);
+      const uint64_t got = known != landed.end() ? known->second
+                                                 : bytes::checksum(std::span<const uint8_t>(row, store.row_bytes(layer, t)));
       staged(context, op.slot, t) = expected;
       if (got != expected && ++mismatch_count <= 4)
         mismatches += fmt::format("{}expert {} read from rank {} slot {} tensor '{}' into slot {} (expected "
@@ -236,15 +257,17 @@ Status run_attempt(const AttemptContext& context) {
                                   context.store.layout().layers[context.layer].size(),
                               std::nullopt);
   Stopwatch phase;
+  LandedSums landed;
   {
     PostedReads posted{context.agent, {}};
     EPLB_TRY(post_reads(context, posted));
     copy_locally(context);
     EPLB_TRY(wait_reads(context, posted));
+    landed = landed_sums(context, posted);
   }
   context.report->seconds_transfer += phase.seconds();
   phase.reset();
-  Status verified = verify_reads(context);
+  Status verified = verify_reads(context, landed);
   if (verified && context.swap) copy_after_reads(context);
   context.report->seconds_verify += phase.seconds();
   return verified;

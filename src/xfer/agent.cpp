@@ -71,12 +71,15 @@ Result<size_t> Agent::descriptor_count(DescriptorListId list) const { return imp
 Status Agent::release_descriptor_list(DescriptorListId list) { return impl_->release_descriptor_list(list); }
 Result<RequestId> Agent::make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
                                       DescriptorListId remote, std::span<const int> remote_indices,
-                                      const std::string& notification) {
-  return impl_->make_request(op, local, local_indices, remote, remote_indices, notification);
+                                      const std::string& notification, bool checksum_landed) {
+  return impl_->make_request(op, local, local_indices, remote, remote_indices, notification, checksum_landed);
 }
 Status Agent::post(RequestId request) { return impl_->post(request); }
 RequestStatus Agent::status(RequestId request) { return impl_->status(request); }
 Status Agent::release(RequestId request) { return impl_->release(request); }
+Result<std::vector<std::optional<uint64_t>>> Agent::landed_checksums(RequestId request) {
+  return impl_->landed_checksums(request);
+}
 Status Agent::wait(std::span<const RequestId> requests, Deadline deadline) { return impl_->wait(requests, deadline); }
 Status Agent::send_notification(const std::string& peer, const std::string& message) {
   return impl_->send_notification(peer, message);

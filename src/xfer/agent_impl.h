@@ -69,6 +69,8 @@ struct RequestStateRecord {
   std::shared_ptr<DescriptorListState> local;
   std::shared_ptr<DescriptorListState> remote;
   std::vector<TransferSegment> segments;
+  // Per segment when made with checksum_landed (segments point here), else empty.
+  std::vector<std::optional<uint64_t>> landed;
   std::string notification;
   uint64_t total_bytes = 0;
   RequestPhase phase = RequestPhase::Idle;
@@ -105,8 +107,9 @@ class Agent::Impl {
 
   Result<RequestId> make_request(Operation op, DescriptorListId local, std::span<const int> local_indices,
                                  DescriptorListId remote, std::span<const int> remote_indices,
-                                 const std::string& notification);
+                                 const std::string& notification, bool checksum_landed);
   Status post(RequestId request);
+  Result<std::vector<std::optional<uint64_t>>> landed_checksums(RequestId request);
   RequestStatus status(RequestId request);
   Status release(RequestId request);
   Status wait(std::span<const RequestId> requests, Deadline deadline);

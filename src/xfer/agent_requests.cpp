@@ -62,7 +62,7 @@ std::string Agent::Impl::describe(const RequestStateRecord& request) const {
 
 Result<RequestId> Agent::Impl::make_request(Operation op, DescriptorListId local_id, std::span<const int> local_indices,
                                           DescriptorListId remote_id, std::span<const int> remote_indices,
-                                          const std::string& notification) {
+                                          const std::string& notification, bool checksum_landed) {
   if (op != Operation::Read && op != Operation::Write)
     return error(Code::InvalidArgument, fmt::format("agent {}: unknown operation {}", name_, static_cast<int>(op)));
   auto local = lists_.find(local_id);
@@ -96,6 +96,7 @@ Result<RequestId> Agent::Impl::make_request(Operation op, DescriptorListId local
   request->remote = remote->second;
   request->notification = notification;
   request->segments.reserve(local_picked.size());
+  if (checksum_landed && op == Operation::Read) request->landed.resize(local_picked.size());
   for (size_t i = 0; i < local_picked.size(); ++i) {
     const ListEntry& l = local_entries[local_picked[i]];
     const ListEntry& r = remote_entries[remote_picked[i]];
@@ -105,12 +106,24 @@ Result<RequestId> Agent::Impl::make_request(Operation op, DescriptorListId local
                                name_, i, local_picked[i], l.length, remote_picked[i], r.length));
     request->segments.push_back(
         TransferSegment{reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(l.address)), l.local_memory, r.address,
-                        r.remote_key, l.length});
+                        r.remote_key, l.length, request->landed.empty() ? nullptr : &request->landed[i]});
     request->total_bytes += l.length;
   }
   RequestId id = next_handle();
   requests_[id] = std::move(request);
   return id;
+}
+
+Result<std::vector<std::optional<uint64_t>>> Agent::Impl::landed_checksums(RequestId id) {
+  RequestStateRecord* found = find_request(id);
+  if (found == nullptr) return error(Code::NotFound, fmt::format("agent {}: no request {}", name_, id));
+  poll(*found);
+  if (found->phase != RequestPhase::Done)
+    return error(Code::NotAllowed, fmt::format("agent {}: request {} ({}) is not done; its landed checksums are not "
+                                               "known yet",
+                                               name_, id, describe(*found)));
+  if (found->landed.empty()) return std::vector<std::optional<uint64_t>>(found->segments.size());
+  return found->landed;
 }
 
 Status Agent::Impl::fail_request(RequestStateRecord& request, const Status& backend_failure) {
@@ -134,6 +147,7 @@ Status Agent::Impl::post(RequestId id) {
                     name_, id, describe(request)));
   if (is_stale(*request.remote)) return stale_list_error(*request.remote, fmt::format("request {}", id));
   if (!request.failure.is_ok()) request.failure = Status::ok();
+  for (auto& landed : request.landed) landed.reset();  // each post's own bytes
   // A finished request keeps its backend request, which may start the same
   // transfer again without allocating (the UCX backend can).
   if (request.backend && request.phase == RequestPhase::Done && request.backend->repost()) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,12 +46,18 @@ class BackendRemoteKey {
 };
 
 // One contiguous transfer: `length` bytes between local and remote addresses.
+// landed_checksum (READ, optional): a backend that copies the bytes itself
+// stores there the checksum (bytes::checksum) of the bytes that landed,
+// computed while copying; one that does not leaves it as it is (the Agent
+// empties it before every post). A backend that changes landed bytes after
+// the copy (fault injection) empties it again.
 struct TransferSegment {
   uint8_t* local_address = nullptr;
   const BackendMemory* local_memory = nullptr;
   uint64_t remote_address = 0;
   const BackendRemoteKey* remote_key = nullptr;
   uint64_t length = 0;
+  std::optional<uint64_t>* landed_checksum = nullptr;
 };
 
 // A posted transfer. poll() drives it forward (non-blocking).

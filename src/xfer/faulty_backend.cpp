@@ -149,6 +149,7 @@ class FaultyRequest final : public BackendRequest {
       }
       if (op_ == Operation::Read) {
         segment.local_address[position] ^= 0xFF;
+        if (segment.landed_checksum != nullptr) segment.landed_checksum->reset();  // no longer what landed
         return Status::ok();
       }
       scratch_[0] = static_cast<uint8_t>(segment.local_address[position] ^ 0xFF);

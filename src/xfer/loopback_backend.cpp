@@ -227,10 +227,13 @@ class LoopbackRequest final : public BackendRequest {
     }
     for (const TransferSegment& segment : segments_) {
       auto* remote_address = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(segment.remote_address));
-      if (op_ == Operation::Read)
+      if (op_ == Operation::Read) {
         std::memmove(segment.local_address, remote_address, segment.length);
-      else
+        if (segment.landed_checksum != nullptr)
+          *segment.landed_checksum = bytes::checksum(std::span<const uint8_t>(segment.local_address, segment.length));
+      } else {
         std::memmove(remote_address, segment.local_address, segment.length);
+      }
     }
     if (!notification_.empty()) {
       Status delivered = LoopbackBackend::deliver_locked(peer_, self_name_, notification_);

@@ -15,6 +15,7 @@
 // no UCX callback or write outlives it silently.
 #include <cstring>
 
+#include "common/bytes.h"
 #include "eplb/common.h"
 #include "ucx_internal.h"
 
@@ -113,8 +114,11 @@ class UcxRequest final : public BackendRequest {
   // transfer is done once issue() returns, like UCX's own inline get, minus
   // the protocol's cost per operation. The Agent checked at prepare time
   // that the segment lies inside the peer's region.
+  // A READ that asks for its landed checksum hashes each piece as it lands.
   void copy_directly(const TransferSegment& segment, uint8_t* remote) const {
-    if (op_ == Operation::Read)
+    if (op_ == Operation::Read && segment.landed_checksum != nullptr)
+      *segment.landed_checksum = bytes::copy_with_checksum(segment.local_address, remote, segment.length);
+    else if (op_ == Operation::Read)
       std::memcpy(segment.local_address, remote, segment.length);
     else
       std::memcpy(remote, segment.local_address, segment.length);

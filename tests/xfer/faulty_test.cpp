@@ -5,6 +5,7 @@
 
 
 #include "agent_fixture.h"
+#include "common/bytes.h"
 
 namespace eplb::xfer::testing {
 namespace {
@@ -85,17 +86,30 @@ TEST_P(FaultyTest, StallStaysInProgressUntilTheDeadlineAndRelease) {
   EXPECT_EQ(initiator->status(*request).failure.code(), Code::NotFound);
 }
 
+// Made with checksum_landed: no segment reports the checksum of bytes that
+// are no longer what landed (the flipped one's is dropped); loopback copies
+// itself, so every other segment reports its landed bytes' checksum.
 TEST_P(FaultyTest, CorruptReadFlipsOneLandedByte) {
   make_pair(9 * 4096, "corrupt=1,seed=3");
   fill_pattern(remote_buffer.data(), remote_buffer.size(), 4);
   DescriptorListId local = 0, remote = 0;
   prepare_nine(*this, &local, &remote);
-  auto request = initiator->make_request(Operation::Read, local, {}, remote, {});
+  auto request = initiator->make_request(Operation::Read, local, {}, remote, {}, {}, /*checksum_landed=*/true);
   ASSERT_TRUE(request);
   ASSERT_TRUE(run(*request, 10));
   size_t where = 0;
   EXPECT_EQ(differing_bytes(local_buffer, remote_buffer, &where), 1u);
   EXPECT_EQ(local_buffer[where], static_cast<uint8_t>(remote_buffer[where] ^ 0xFF));
+  auto landed = initiator->landed_checksums(*request);
+  ASSERT_TRUE(landed) << landed.status().to_string();
+  ASSERT_EQ(landed->size(), 9u);
+  for (size_t i = 0; i < 9; ++i) {
+    const bool flipped = where / 4096 == i;
+    if ((*landed)[i])
+      EXPECT_EQ(*(*landed)[i], bytes::checksum(std::span<const uint8_t>(local_buffer.data() + i * 4096, 4096)));
+    EXPECT_FALSE(flipped && (*landed)[i]) << "segment " << i << " kept the checksum of the bytes before the flip";
+    if (GetParam() == "loopback") EXPECT_EQ((*landed)[i].has_value(), !flipped) << "segment " << i;
+  }
 }
 
 TEST_P(FaultyTest, CorruptWriteFlipsOneRemoteByteAndKeepsTheSource) {

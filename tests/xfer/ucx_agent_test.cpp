@@ -9,6 +9,7 @@
 #include <string>
 
 #include "agent_fixture.h"
+#include "common/bytes.h"
 
 namespace eplb::xfer::testing {
 namespace {
@@ -107,6 +108,9 @@ void allocated_regions_transfer_and_free(bool map_eagerly, long* faults) {
 // memory the owner allocated (mapped into the reader by UCX), either copied
 // directly in post() or through ucp_get_nbx/ucp_put_nbx. *inline_done: the
 // READ was Done at its first status() with no progress of the owner.
+// Both are made with checksum_landed: a READ copied directly reports each
+// segment's checksum (computed while copying), one through UCX none, a
+// WRITE never.
 void mapped_memory_round_trip(bool copy_mapped, bool* inline_done) {
   AgentConfig config;
   config.copy_mapped_memory = copy_mapped;
@@ -135,12 +139,23 @@ void mapped_memory_round_trip(bool copy_mapped, bool* inline_done) {
   ASSERT_TRUE(local_list && remote_list);
   for (Operation op : {Operation::Read, Operation::Write}) {
     if (op == Operation::Write) fill_pattern(local, kBytes, 9);
-    auto request = reader->make_request(op, *local_list, {}, *remote_list, {});
-    ASSERT_TRUE(request && reader->post(*request));
+    auto request = reader->make_request(op, *local_list, {}, *remote_list, {}, {}, /*checksum_landed=*/true);
+    ASSERT_TRUE(request);
+    EXPECT_EQ(reader->landed_checksums(*request).status().code(), Code::NotAllowed);  // not posted yet
+    ASSERT_TRUE(reader->post(*request));
     if (op == Operation::Read) *inline_done = reader->status(*request).state == RequestState::Done;
     const RequestId id = *request;
     ASSERT_TRUE(wait_driving(*reader, *owner, {&id, 1}, Deadline::after_seconds(10)));
     EXPECT_EQ(std::memcmp(local, remote, kBytes), 0) << operation_name(op) << " copy_mapped " << copy_mapped;
+    auto landed = reader->landed_checksums(id);
+    ASSERT_TRUE(landed) << landed.status().to_string();
+    ASSERT_EQ(landed->size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+      const bool computed = op == Operation::Read && copy_mapped && *inline_done;
+      ASSERT_EQ((*landed)[i].has_value(), computed) << operation_name(op) << " segment " << i;
+      if (computed)
+        EXPECT_EQ(*(*landed)[i], bytes::checksum(std::span<const uint8_t>(local + cuts[i], cuts[i + 1] - cuts[i])));
+    }
     ASSERT_TRUE(reader->release(*request));
   }
   ASSERT_TRUE(reader->release_descriptor_list(*local_list));

@@ -283,6 +283,26 @@ def allgather_lengths(rank: int, world: int) -> list[str]:
     return wrong
 
 
+def lost_in_a_collective(rank: int, world: int, victim: int) -> dict:
+    """The victim dies (SIGKILL) between two allgathers; how the second failed on each survivor."""
+    import time
+
+    from spawned import wait_for_survivors
+
+    group = eplb.ProcessGroup.from_torch()
+    group.allgather(b"everyone", 20.0)
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    started = time.monotonic()
+    try:
+        group.allgather(b"the survivors", 20.0)
+        return {"error": None}
+    except eplb.Error as failure:
+        outcome = {"error": str(failure), "code": failure.code, "seconds": time.monotonic() - started}
+    wait_for_survivors(rank, [r for r in range(world) if r != victim])
+    return outcome
+
+
 def suite(rank: int, world: int, fault_names: list[str]) -> dict:
     """Several cases on one spawned group (spawning is the slow part)."""
     results = {"shapes": shapes_round_trip(rank, world), "allgather": allgather_lengths(rank, world)}

@@ -118,6 +118,19 @@ def test_killed_rank_is_named_by_the_others_within_the_deadline(tmp_path):
     check_victim_named(run_ranks(tmp_path, 3, cases.killed_rank, 1), 1)
 
 
+def test_a_rank_lost_in_a_collective_is_named_by_all_and_not_only_by_rank_zero(tmp_path):
+    """Rank 0's gather meets the lost rank; the others wait for its broadcast and learn it from the store."""
+    results = run_ranks(tmp_path, 4, cases.lost_in_a_collective, 2)
+    assert results[2] != 0 and not isinstance(results[2], dict)  # it died (no result)
+    for rank in (0, 1, 3):
+        outcome = results[rank]
+        assert outcome["code"] == "remote disconnect" and "rank 2 lost" in outcome["error"], outcome
+        assert outcome["seconds"] < 10.0, outcome  # the deadline is 20 s
+        assert outcome["error"].startswith(f"allgather #1 of the torch.distributed group (rank {rank} of 4)")
+        if rank != 0:
+            assert outcome["error"].endswith("(found by rank 0)"), outcome
+
+
 def test_killed_rank_zero_is_named_when_the_store_lives_outside_the_ranks(tmp_path):
     """The default group's store dies with rank 0; a store the caller serves elsewhere does not."""
     from datetime import timedelta

@@ -12,7 +12,12 @@
 # (above 10% of the cores: not a quiet measurement), and whether DAMON
 # monitors memory here (on a shadow-paging VM it makes pages cold mid-run).
 # Target (issue 16): median ratio >= 0.8.
-# Usage: [LAYERS=4] [ROUNDS=5] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
+# HUGEPAGES=N (root only): reserve N huge pages of 2 MiB (vm.nr_hugepages)
+# for the run and put the previous count back after it, however it ends.
+# UCX's System V allocation (UCX_SYSV_HUGETLB_MODE=try, its default) then
+# puts the ranks' arenas on them; the run prints the arena's page size.
+# 4 ranks at the default shape take about 1100 (copy) or 2100 (swap).
+# Usage: [LAYERS=4] [ROUNDS=5] [HUGEPAGES=N] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
 # Prints one row per round, then medians with min-max spread and the ratio
 # of the medians, and where the slowest rank's time went (sum over layers).
 set -euo pipefail
@@ -23,7 +28,22 @@ if [[ ! -x "$build/eplb" || ! -x "$build/bench/memcpy_bench" ]]; then
   cmake --build "$build" -j"${EPLB_JOBS:-1}" --target eplb memcpy_bench >/dev/null
 fi
 json="$(mktemp /tmp/eplb_bandwidth.XXXXXX.json)"
-trap 'rm -f "$json"' EXIT
+hugepages_before=""
+restore() {
+  rm -f "$json"
+  if [[ -n "$hugepages_before" ]]; then echo "$hugepages_before" > /proc/sys/vm/nr_hugepages; fi
+}
+trap restore EXIT
+if [[ -n "${HUGEPAGES:-}" ]]; then
+  [[ "$HUGEPAGES" =~ ^[0-9]+$ ]] || { echo "HUGEPAGES must be a count of 2 MiB pages, got '$HUGEPAGES'" >&2; exit 2; }
+  hugepages_before="$(cat /proc/sys/vm/nr_hugepages)"
+  if ! echo "$HUGEPAGES" 2>/dev/null > /proc/sys/vm/nr_hugepages; then
+    hugepages_before=""
+    echo "HUGEPAGES: cannot write /proc/sys/vm/nr_hugepages (needs root)" >&2
+    exit 2
+  fi
+  echo "huge pages reserved for the run: $(cat /proc/sys/vm/nr_hugepages) of 2 MiB (asked $HUGEPAGES; was $hugepages_before)"
+fi
 python3 - "$json" "$build/bench/memcpy_bench" "$build/eplb" run --ranks 4 --nodes 2 --bytes-per-expert 8MiB \
   --layers "${LAYERS:-4}" --rounds "${ROUNDS:-5}" --json "$json" "$@" <<'PY'
 import json, os, resource, statistics, subprocess, sys, time
@@ -93,6 +113,9 @@ print("other work on this machine during the migration run: %.1f of %.1f CPU-sec
 if damon_monitoring():
     print("DAMON (kdamond) monitors memory on this machine: on a shadow-paging VM its access checks make pages "
           "cold again mid-run, and a layer that reads them stalls (docs/migrate.md, Bandwidth)")
+page = report.get("arena_page_bytes", 0)
+print("rank 0's arena pages: %s" % ("%d KiB%s" % (page // 1024, " (huge pages)" if page > 4096 else "")
+                                    if page else "unknown"))
 print("all slots verified: %s; ratio of medians %.2f, per-round ratios %.2f-%.2f (target >= 0.8)" %
       ("yes" if report["all_verified"] else "NO", ratio, min(m / c for m, c in zip(migrate, copy)),
        max(m / c for m, c in zip(migrate, copy))))

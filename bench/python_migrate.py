@@ -14,7 +14,11 @@ its rounds' median and spread:
 GB/s of a Python round = whole-group bytes moved / the slowest rank's migration time.
 Goals (issue 14): Python within 10% of the CLI; eplb.empty >= 0.5 of memcpy.
 
-Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--cli build/eplb]   (the eplb package
+--hugepages N (root only) reserves N huge pages of 2 MiB (vm.nr_hugepages) for the run and puts the
+previous count back after it: UCX's System V allocation then puts eplb.empty tensors and the CLI's
+arenas on them (the run prints the page size of the eplb.empty tensors).
+
+Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--cli build/eplb] [--hugepages N]   (the eplb package
 installed, e.g. in .venv: .venv/bin/python bench/python_migrate.py). Wrap it in flock /work/.cpu.lock.
 """
 import argparse
@@ -52,6 +56,7 @@ def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
         for layer in weights:
             for tensor in layer:
                 tensor.view(torch.uint8).fill_(rank + 1)
+        results[f"{kind} page bytes"] = page_bytes(weights[0][0].data_ptr())
         migrator = eplb.Migrator(weights, transport="shm", timeout=60, reuse_checksums=kind == "reuse")
         speeds, placement = [], home
         for _ in range(rounds):
@@ -65,6 +70,43 @@ def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
         Path(out).write_text(json.dumps(results))
     dist.barrier()
     os._exit(0)
+
+
+def page_bytes(address: int) -> int:
+    """KernelPageSize of the mapping holding `address` in this process (/proc/self/smaps), 0 if unknown."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split(" ", 1)[0]
+            if "-" in head and not head.endswith(":"):
+                begin, end = (int(part, 16) for part in head.split("-"))
+                inside = begin <= address < end
+            elif inside and line.startswith("KernelPageSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class HugePages:
+    """Reserves `count` huge pages (vm.nr_hugepages) while in use, then puts the previous count back."""
+    PATH = "/proc/sys/vm/nr_hugepages"
+
+    def __init__(self, count):
+        self.count, self.before = count, None
+
+    def __enter__(self):
+        if self.count is not None:
+            self.before = Path(self.PATH).read_text().strip()
+            try:
+                Path(self.PATH).write_text(str(self.count))
+            except OSError as failure:
+                sys.exit(f"--hugepages: cannot write {self.PATH} ({failure}; needs root)")
+            print(f"huge pages reserved for the run: {Path(self.PATH).read_text().strip()} of 2 MiB "
+                  f"(asked {self.count}; was {self.before})")
+        return self
+
+    def __exit__(self, *exc):
+        if self.before is not None:
+            Path(self.PATH).write_text(self.before)
 
 
 def python_rounds(rounds: int) -> dict:
@@ -131,9 +173,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds per measurement (default 5)")
     parser.add_argument("--cli", default=str(ROOT / "build" / "eplb"), help="the eplb CLI (default build/eplb)")
+    parser.add_argument("--hugepages", type=int, default=None,
+                        help="reserve this many 2 MiB huge pages for the run (root; default: leave the machine as is)")
     arguments = parser.parse_args()
-    python = python_rounds(arguments.rounds)
-    cli = cli_rounds(arguments.cli, arguments.rounds)
+    if arguments.hugepages is not None and arguments.hugepages < 0:
+        parser.error("--hugepages must be >= 0")
+    with HugePages(arguments.hugepages):
+        python = python_rounds(arguments.rounds)
+        cli = cli_rounds(arguments.cli, arguments.rounds)
     memcpy = memcpy_rounds(python["plain"]["bytes"], arguments.rounds)
     peers = {"vs eplb run": cli, "vs memcpy": memcpy}
     print(f"{RANKS} ranks, 1 node, {LAYERS} layers, {EXPERTS} experts in {EXPERTS} slots, 8 MiB experts, UCX shm; "
@@ -144,6 +191,8 @@ def main() -> None:
     print(row("  + reuse_checksums=True", python["reuse"]["gbps"], peers))
     print(row("eplb run (CLI)", cli, peers))
     print(row("memcpy, one thread", memcpy, peers))
+    print(f"eplb.empty tensors on {python['empty page bytes'] // 1024} KiB pages, heap tensors on "
+          f"{python['plain page bytes'] // 1024} KiB pages (rank 0)")
     print("GB/s = 1e9 bytes per second; goals: Python within 10% of eplb run, eplb.empty >= 0.5 of memcpy")
 
 

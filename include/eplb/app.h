@@ -119,6 +119,7 @@ struct RunSummary {
   StoreLayout layout;
   std::string transports;                    // this rank's agent, Agent::transports()
   std::vector<std::string> peer_transports;  // what its connections to the peers use
+  uint64_t arena_page_bytes = 0;             // ExpertStore::arena_page_bytes() of this rank
   // Filled as the run goes.
   std::vector<RoundSummary> rounds;
   Status status;                  // ok, or why the run stopped

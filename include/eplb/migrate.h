@@ -182,6 +182,10 @@ class ExpertStore {
   std::vector<xfer::MemoryRegion> regions() const;
   // True when the arena was allocated (and registered) by the agent.
   bool arena_from_agent() const { return agent_region_ != 0; }
+  // The page size this process maps the arena with: 4 KiB, or 2 MiB when it
+  // came from reserved huge pages (UCX's System V allocation takes them when
+  // vm.nr_hugepages has enough free). 0 for adopted memory or when unknown.
+  uint64_t arena_page_bytes() const { return arena_page_bytes_; }
 
  private:
   ExpertStore() = default;
@@ -193,6 +197,7 @@ class ExpertStore {
   std::vector<std::vector<uint64_t>> staging_offsets_;  // [layer][tensor] offset into staging
   uint8_t* arena_ = nullptr;
   uint64_t arena_bytes_ = 0;
+  uint64_t arena_page_bytes_ = 0;
   xfer::Agent* agent_ = nullptr;      // owner of the arena when agent_region_ != 0
   xfer::RegionId agent_region_ = 0;
   uint8_t* staging_ = nullptr;

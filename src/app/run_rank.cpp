@@ -211,6 +211,7 @@ RunSummary run_rank(ProcessGroup& group, const RunOptions& options) {
   }
   summary.transports = setup->agent->transports();
   summary.peer_transports = peer_transports(*setup->agent, me, group.size(), options.agent_name_prefix);
+  summary.arena_page_bytes = setup->store->arena_page_bytes();
   if (options.on_ready) options.on_ready(summary);
   for (int round = 0; round < options.rounds; ++round) {
     auto go_on = run_round(group, options, *inputs, *setup, current, round, summary);

@@ -98,6 +98,12 @@ std::string spare_note(const RunOptions& options, const RunSummary& summary) {
   return spare ? fmt::format(" with {} of spare buffers per rank", format_bytes(spare)) : "";
 }
 
+// "; arena on 4 KiB pages" (or 2 MiB, huge pages), "" when unknown.
+std::string arena_pages_note(uint64_t page_bytes) {
+  if (page_bytes == 0) return "";
+  return fmt::format("; arena on {} pages{}", format_bytes(page_bytes), page_bytes > 4096 ? " (huge)" : "");
+}
+
 }  // namespace
 
 std::string render_banner(const RunOptions& options, const RunLabels& labels, const RunSummary& summary) {
@@ -118,7 +124,7 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
   return fmt::format(
       "eplb run: {} ranks on {} nodes ({} bootstrap, {} transport), {}, policy {}\n"
       "experts: {} each as [{}]; {} of expert weights per rank{}\n"
-      "transfers: {}; connections to peers use {}\n"
+      "transfers: {}; connections to peers use {}{}\n"
       "trace: {}; {} rounds of {} steps{}\n",
       topology.num_ranks, topology.num_nodes, labels.bootstrap, labels.transport, topology.to_string(),
       options.policy, format_bytes(summary.layout.bytes_per_expert(0)), fmt::join(tensors, ", "),
@@ -126,6 +132,7 @@ std::string render_banner(const RunOptions& options, const RunLabels& labels, co
       sync_spare,
       summary.transports,
       summary.peer_transports.empty() ? std::string("(no peer)") : fmt::format("{}", fmt::join(summary.peer_transports, ", ")),
+      arena_pages_note(summary.arena_page_bytes),
       summary.trace_identity, options.rounds, options.window, faults.empty() ? "" : "; faults: " + faults) +
          idle;
 }
@@ -181,6 +188,7 @@ std::string render_json_head(const RunOptions& options, const RunLabels& labels,
   json["bootstrap"] = labels.bootstrap;
   json["transports"] = summary.transports;
   json["peer_transports"] = summary.peer_transports;
+  json["arena_page_bytes"] = summary.arena_page_bytes;
   json["inject"] = options.agent.fault_spec;
   json["tensors"] = nlohmann::json::array();
   for (const auto& tensor : options.tensors)

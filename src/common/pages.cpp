@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
 
 namespace eplb::pages {
 namespace {
@@ -28,7 +31,34 @@ PageRange whole_pages(const void* address, size_t length) {
   return range;
 }
 
+// [begin, end) of a smaps mapping line ("7f..-7f.. rw-s ..."); false for
+// the field lines ("Size:  4 kB").
+bool mapping_range(const std::string& line, uintptr_t* begin, uintptr_t* end) {
+  unsigned long long first = 0, last = 0;
+  int consumed = 0;
+  if (std::sscanf(line.c_str(), "%llx-%llx %n", &first, &last, &consumed) != 2 || consumed == 0) return false;
+  *begin = uintptr_t(first);
+  *end = uintptr_t(last);
+  return true;
+}
+
 }  // namespace
+
+size_t kernel_page_size(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t wanted = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (mapping_range(line, &begin, &end)) {
+      inside = begin <= wanted && wanted < end;
+      continue;
+    }
+    unsigned long long kib = 0;
+    if (inside && std::sscanf(line.c_str(), "KernelPageSize: %llu kB", &kib) == 1) return size_t(kib) * 1024;
+  }
+  return 0;
+}
 
 void prepare_for_reading(const void* address, size_t length) {
   if (address == nullptr || length == 0) return;

@@ -21,6 +21,13 @@
 
 namespace eplb::pages {
 
+// The page size the kernel maps `address` with in this process
+// ("KernelPageSize" of its mapping in /proc/self/smaps): 4096, or 2 MiB for
+// huge pages (hugetlb, e.g. UCX's System V segments when huge pages are
+// reserved). 0 when unknown (no such mapping, no procfs). Reads the file,
+// so call it at setup, not per transfer.
+size_t kernel_page_size(const void* address);
+
 // MADV_POPULATE_READ, then one read per page.
 void prepare_for_reading(const void* address, size_t length);
 // MADV_HUGEPAGE (where the kernel allows it for this memory),

@@ -80,6 +80,7 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
   if (!store->arena_) {
     EPLB_ASSIGN_OR_RETURN(store->arena_, map_bytes(store->arena_bytes_, "expert arena"));
   }
+  store->arena_page_bytes_ = pages::kernel_page_size(store->arena_);
   // The spares are first written during a round: fault them in now.
   if (spare_buffers) prepare_staging(store->arena_ + buffer_bytes, buffer_bytes);
   store->memory_.resize(layout.layers.size());

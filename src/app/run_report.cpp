@@ -2,6 +2,7 @@
 // per-round table, the closing line and the JSON report. Pure functions of
 // the options, labels and summary; the CLI prints and writes them.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -98,10 +99,12 @@ std::string spare_note(const RunOptions& options, const RunSummary& summary) {
   return spare ? fmt::format(" with {} of spare buffers per rank", format_bytes(spare)) : "";
 }
 
-// "; arena on 4 KiB pages" (or 2 MiB, huge pages), "" when unknown.
+// "; arena on 4 KiB pages" (or 2 MiB, huge pages: larger than the base
+// page), "" when unknown.
 std::string arena_pages_note(uint64_t page_bytes) {
   if (page_bytes == 0) return "";
-  return fmt::format("; arena on {} pages{}", format_bytes(page_bytes), page_bytes > 4096 ? " (huge)" : "");
+  const bool huge = page_bytes > uint64_t(sysconf(_SC_PAGESIZE));
+  return fmt::format("; arena on {} pages{}", format_bytes(page_bytes), huge ? " (huge)" : "");
 }
 
 }  // namespace

@@ -8,7 +8,10 @@ its rounds' median and spread:
 - Python, plain heap tensors (UCX 1.13 emulates RMA on registered heap memory);
 - Python, eplb.empty tensors (agent-allocated shared memory: the zero-copy path);
 - the same with reuse_checksums=True (sources not hashed again each round, as `eplb run` does);
-- `eplb run` on the same shape (its policy decides what moves; GB/s = bytes moved / round time);
+- the same with commit="swap" too (a spare per tensor, the engine's tensor objects re-pointed at
+  commit instead of the new rows copied into them);
+- `eplb run` on the same shape, with its default copy commit and with --commit swap (its policy
+  decides what moves; GB/s = bytes moved / round time);
 - single-thread memcpy of 8 MiB rows, DRAM to DRAM between distinct buffers (bench/memcpy_bench when
   built, else numpy), same bytes.
 GB/s of a Python round = whole-group bytes moved / the slowest rank's migration time.
@@ -47,7 +50,7 @@ def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
     home = np.tile(np.arange(EXPERTS), (LAYERS, 1))
     moved = np.roll(home, SLOTS, axis=1)  # every expert to the next rank
     results = {}
-    for kind in ("plain", "empty", "reuse"):
+    for kind in ("plain", "empty", "reuse", "swap"):
         new = eplb.empty if kind != "plain" else torch.empty
         extra = {"transport": "shm"} if kind != "plain" else {}
         weights = [[new((SLOTS, EXPERT_BYTES * 2 // 3 // 4), dtype=torch.float32, **extra),
@@ -57,7 +60,8 @@ def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
             for tensor in layer:
                 tensor.view(torch.uint8).fill_(rank + 1)
         results[f"{kind} page bytes"] = page_bytes(weights[0][0].data_ptr())
-        migrator = eplb.Migrator(weights, transport="shm", timeout=60, reuse_checksums=kind == "reuse")
+        migrator = eplb.Migrator(weights, transport="shm", timeout=60, reuse_checksums=kind in ("reuse", "swap"),
+                                 commit="swap" if kind == "swap" else "copy")
         speeds, placement = [], home
         for _ in range(rounds):
             target = moved if placement is home else home
@@ -129,12 +133,12 @@ def python_rounds(rounds: int) -> dict:
         return json.loads(Path(out).read_text())
 
 
-def cli_rounds(cli: str, rounds: int) -> list:
+def cli_rounds(cli: str, rounds: int, commit: str) -> list:
     with tempfile.TemporaryDirectory(dir=ROOT / "build-python") as scratch:
         report = os.path.join(scratch, "run.json")
         subprocess.run([cli, "run", "--ranks", str(RANKS), "--nodes", "1", "--layers", str(LAYERS), "--experts",
                         str(EXPERTS), "--replicas", str(EXPERTS), "--groups", "1", "--bytes-per-expert", "8MiB",
-                        "--rounds", str(rounds), "--transport", "shm", "--json", report],
+                        "--rounds", str(rounds), "--transport", "shm", "--commit", commit, "--json", report],
                        check=True, capture_output=True, timeout=600)
         data = json.loads(Path(report).read_text())
     return [r["bytes_moved"] / r["seconds"] / 1e9 for r in data["rounds"] if r["bytes_moved"] and r["seconds"] > 0]
@@ -180,19 +184,24 @@ def main() -> None:
         parser.error("--hugepages must be >= 0")
     with HugePages(arguments.hugepages):
         python = python_rounds(arguments.rounds)
-        cli = cli_rounds(arguments.cli, arguments.rounds)
+        cli = cli_rounds(arguments.cli, arguments.rounds, "copy")
+        cli_swap = cli_rounds(arguments.cli, arguments.rounds, "swap")
     memcpy = memcpy_rounds(python["plain"]["bytes"], arguments.rounds)
-    peers = {"vs eplb run": cli, "vs memcpy": memcpy}
+    peers = {"vs eplb run": cli, "vs eplb run swap": cli_swap, "vs memcpy": memcpy}
     print(f"{RANKS} ranks, 1 node, {LAYERS} layers, {EXPERTS} experts in {EXPERTS} slots, 8 MiB experts, UCX shm; "
           f"Python rounds move {python['plain']['bytes'] / 2**30:.2f} GiB each")
-    print(f"{'path':<28} {'median':>8} {'min':>8} {'max':>8} {'rounds':>6}  {'/ eplb run':>6}  {'/ memcpy':>6}")
+    print(f"{'path':<28} {'median':>8} {'min':>8} {'max':>8} {'rounds':>6}  {'/ run':>6}  {'/ swap':>6}  "
+          f"{'/ memcpy':>6}")
     print(row("Python, plain heap tensors", python["plain"]["gbps"], peers))
     print(row("Python, eplb.empty tensors", python["empty"]["gbps"], peers))
     print(row("  + reuse_checksums=True", python["reuse"]["gbps"], peers))
+    print(row("  + commit='swap'", python["swap"]["gbps"], peers))
     print(row("eplb run (CLI)", cli, peers))
+    print(row("eplb run --commit swap", cli_swap, peers))
     print(row("memcpy, one thread", memcpy, peers))
     print(f"eplb.empty tensors on {python['empty page bytes'] // 1024} KiB pages, heap tensors on "
           f"{python['plain page bytes'] // 1024} KiB pages (rank 0)")
+    print("/ run, / swap: ratio to eplb run with the copy commit, with --commit swap")
     print("GB/s = 1e9 bytes per second; goals: Python within 10% of eplb run, eplb.empty >= 0.5 of memcpy")
 
 

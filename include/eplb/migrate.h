@@ -11,8 +11,9 @@
 //   in place (adopt), plus one staging area sized for one layer's slots. The
 //   store knows nothing of what the bytes are; the engine (or a simulation)
 //   writes them and calls forget_checksums() when it rewrites rows itself.
-// - Spare buffers (create_arena with spare_buffers, owned memory only): a
-//   second buffer per layer, the size of the layer, for the swap commit
+// - Spare buffers (create_arena with spare_buffers, or adopt with the
+//   engine's second buffers): a second buffer per layer, the size of the
+//   layer, for the swap commit
 //   (CommitMode::Swap). Per layer one buffer is live (row() reads it), the
 //   other is the spare: a round writes the layer's new rows into the spare
 //   (READs land there directly, unchanged rows are copied in) and its commit
@@ -130,9 +131,13 @@ class ExpertStore {
   static Result<std::unique_ptr<ExpertStore>> create_arena(const StoreLayout& layout, int first_slot,
                                                            xfer::Agent* agent = nullptr, bool spare_buffers = false);
   // Uses the engine's buffers memory[layer][tensor] (not owned, must outlive
-  // the store); only the staging area is allocated.
+  // the store); only the staging area is allocated. With `spare` (the same
+  // shape as `memory`, empty for none), the engine's second buffers become
+  // the spares of the swap commit; after a round the engine finds each
+  // layer's live buffer with live_buffer(layer) (0: memory, 1: spare).
   static Result<std::unique_ptr<ExpertStore>> adopt(const StoreLayout& layout, int first_slot,
-                                                    std::vector<std::vector<TensorMemory>> memory);
+                                                    std::vector<std::vector<TensorMemory>> memory,
+                                                    std::vector<std::vector<TensorMemory>> spare = {});
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
@@ -154,7 +159,7 @@ class ExpertStore {
   // of the layer's two buffers is live; buffer_row: a row of buffer 0 or 1
   // (buffer 1 only with spares); spare_row: the non-live buffer's row.
   bool has_spare() const { return !spare_.empty(); }
-  uint64_t spare_bytes() const { return has_spare() ? arena_bytes_ / 2 : 0; }
+  uint64_t spare_bytes() const;
   int live_buffer(int layer) const { return live_[layer]; }
   uint8_t* buffer_row(int layer, int buffer, int local_slot, int tensor) const;
   uint8_t* spare_row(int layer, int local_slot, int tensor) const;
@@ -206,6 +211,8 @@ class ExpertStore {
   std::vector<std::vector<std::optional<uint64_t>>> checksums_;
   void reset_checksums(int layer);
   Status finish_setup();  // staging area and checksum cache
+  // Bytes from a buffer's first row to the end of its last.
+  uint64_t span_bytes(size_t layer, size_t tensor, const TensorMemory& buffer) const;
 };
 
 // -------------------------------------------------------------- executor ---

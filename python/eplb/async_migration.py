@@ -101,6 +101,7 @@ class AsyncMigration:
         self._step += 1
         started = time.perf_counter()
         code, message, layers = self._native.commit_ready(self._step, max_layers)
+        self._migrator._repoint_swapped()
         self._migrator._observe_stall(time.perf_counter() - started)
         self._committed.extend(layers)
         self._raise_unless_ok(code, message)

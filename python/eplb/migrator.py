@@ -21,6 +21,13 @@ Contract:
   are reused, saving one read of every moved row per round; the engine then calls
   `weights_rewritten(layers)` after writing expert rows itself (a weight reload). A stale checksum
   is never trusted silently: the receiving rank's check fails and the round raises MigrationError.
+- Commit: `commit="copy"` (default) writes each committed layer's new rows into the engine's tensors
+  from a staging area. `commit="swap"` gives every tensor a spare of the same size (eplb.empty for
+  eplb.empty tensors, else torch.empty), READs land in the spare, and the commit re-points the
+  engine's tensor objects to the other buffer with Tensor.set_(): the same Python objects (and
+  nn.Parameters) then see the new rows, no row is copied at commit, and the expert memory doubles.
+  Views or data_ptr()s the engine took of a swapped tensor keep seeing the old buffer, so swap
+  refuses tensors that are views of another tensor; take views again after each round.
 """
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ __all__ = ["Migrator"]
 
 PATH_AGENT = "agent memory (zero-copy)"
 PATH_HEAP = "heap memory (registered in place)"
+COMMIT_MODES = ("copy", "swap")
 
 
 class Migrator:
@@ -58,12 +66,16 @@ class Migrator:
         inject: fault injection for tests, e.g. "err=0.2,seed=3" (a private agent; plain tensors only).
         reuse_checksums: reuse the checksums of earlier rounds for rows the engine has not written
             since (see the module's docstring); False: every round hashes its sources again.
+        commit: "copy" (write new rows into the engine's tensors) or "swap" (a spare buffer per
+            tensor, the engine's tensor objects re-pointed at commit; see the module's docstring).
     """
 
     def __init__(self, expert_weights, *, group=None, num_nodes: int = 1, transport: str = "auto",
                  timeout: float = 30.0, retries: int = 2, verify: bool = True, on_layer=None, inject: str = "",
-                 reuse_checksums: bool = False):
+                 reuse_checksums: bool = False, commit: str = "copy"):
         _check_options(num_nodes, transport, timeout, retries)
+        if commit not in COMMIT_MODES:
+            raise Error(f"commit must be one of {', '.join(COMMIT_MODES)}, got {commit!r}")
         if not isinstance(reuse_checksums, bool):
             raise Error(f"reuse_checksums must be True or False, got {reuse_checksums!r}")
         self._reuse_checksums = reuse_checksums
@@ -74,16 +86,18 @@ class Migrator:
         agent, paths = None, []
         if not problem:
             agent, paths, problem = _choose_agent(self._weights, transport, inject)
+        self._commit, self._buffers = commit, None
+        if not problem and commit == "swap":
+            self._buffers, problem = _swap_buffers(self._weights, paths)
         mine = {"layout": described, "problem": problem, "agent": agent.name if agent is not None else ""}
         gathered = [json.loads(item) for item in self._group.allgather(json.dumps(mine).encode(), self._timeout)]
         _check_layouts(gathered, self._group.rank)
         self._agent_names = [item["agent"] for item in gathered]
         self._paths = paths
         self._slots = described[0][0]["slots"]
-        layers = [[_eplb.TensorArgument(f"tensor {t}", tensor.data_ptr(), _row_bytes(tensor), path == PATH_AGENT)
-                   for t, tensor in enumerate(layer)] for layer, path in zip(self._weights, paths)]
-        self._native = _eplb.Migration(self._group._native, agent, layers, self._slots, int(num_nodes),
-                                       self._timeout, int(retries), on_layer)
+        self._native = _eplb.Migration(self._group._native, agent, self._tensor_arguments(paths), self._slots,
+                                       int(num_nodes), self._timeout, int(retries), on_layer, commit)
+        self._front = [0] * len(self._weights)  # per layer: the buffer the engine's tensors show
         self._broken = None
         self._async = None
         self._observers = []  # eplb.metrics collectors: observe_round(layer_reports), observe_stall(seconds)
@@ -91,6 +105,18 @@ class Migrator:
     @property
     def group(self) -> ProcessGroup:
         return self._group
+
+    @property
+    def commit(self) -> str:
+        """"copy" or "swap" (see the module's docstring)."""
+        return self._commit
+
+    @property
+    def spare_bytes(self) -> int:
+        """Bytes of the spare buffers this rank holds for commit="swap" (0 for copy)."""
+        if not self._buffers:
+            return 0
+        return sum(spare.numel() * spare.element_size() for layer in self._buffers for spare in layer[1])
 
     @property
     def num_layers(self) -> int:
@@ -107,6 +133,7 @@ class Migrator:
         if not self._reuse_checksums:
             self._native.forget_checksums([])
         code, message, layer_reports, seconds, retries = self._native.migrate(old, new, experts)
+        self._repoint_swapped()
         self._observe_round(layer_reports)
         if code != "ok":
             raise self._round_error(code, message, layer_reports, seconds)
@@ -172,6 +199,32 @@ class Migrator:
             new = target
         return old, new, int(max(old.max(), new.max())) + 1
 
+    def _tensor_arguments(self, paths):
+        """The engine's tensors (and spares) as the native layer takes them, [layer][tensor]."""
+        layers = []
+        for l, (layer, path) in enumerate(zip(self._weights, paths)):
+            layers.append([])
+            for t, tensor in enumerate(layer):
+                spare = self._buffers[l][1][t] if self._buffers else None
+                layers[-1].append(_eplb.TensorArgument(
+                    f"tensor {t}", tensor.data_ptr(), _row_bytes(tensor), path == PATH_AGENT,
+                    spare.data_ptr() if spare is not None else 0, path == PATH_AGENT))
+        return layers
+
+    def _repoint_swapped(self) -> None:
+        """commit="swap": points the engine's tensor objects at each layer's live buffer."""
+        if not self._buffers:
+            return
+        import torch
+
+        for l, live in enumerate(self._native.live_buffers()):
+            if live == self._front[l]:
+                continue
+            with torch.no_grad():
+                for tensor, buffer in zip(self._weights[l], self._buffers[l][live]):
+                    tensor.set_(buffer)
+            self._front[l] = live
+
     def _observe_round(self, layer_reports) -> None:
         for observer in self._observers:
             observer.observe_round(layer_reports)
@@ -184,7 +237,9 @@ class Migrator:
         for item in layer_reports:
             item["path"] = self._paths[item["layer"]]
             item["verified"] = item["committed"]
-        return _report(layer_reports, seconds, retries)
+        report = _report(layer_reports, seconds, retries)
+        report["commit"] = self._commit
+        return report
 
     def _round_error(self, code, message, layer_reports, seconds) -> MigrationError:
         """The typed exception of a failed round; a Migrator whose group is broken refuses later rounds."""
@@ -289,6 +344,42 @@ def _choose_agent(weights, transport, inject):
         mine = [owner is not None for owner in layer]
         paths.append(PATH_AGENT if all(mine) else PATH_HEAP if not any(mine) else "mixed")
     return agent, [p if p != "mixed" else PATH_HEAP for p in paths], ""
+
+
+def _swap_buffers(weights, paths):
+    """([layer] = (aliases of the engine's tensors, spares), problem) for commit="swap".
+
+    The aliases share the engine's storage, so a buffer stays alive while the engine's tensor
+    object points at the other one; spares come from the same kind of memory as the tensors.
+    """
+    import torch
+
+    from eplb.memory import empty_like
+
+    buffers = []
+    for l, (layer, path) in enumerate(zip(weights, paths)):
+        for t, tensor in enumerate(layer):
+            if not _spans_its_storage(tensor):
+                return None, (f"layer {l} tensor {t} is a view of part of a larger tensor: commit='swap' re-points "
+                              "tensor objects, and the larger tensor would keep the old rows; pass whole tensors "
+                              "or use commit='copy'")
+        try:
+            spares = [empty_like(tensor, transport=agent_of(tensor)[0]) if path == PATH_AGENT
+                      else torch.empty_like(tensor) for tensor in layer]
+        except (Error, RuntimeError, MemoryError) as failure:
+            return None, f"cannot allocate the spare buffers of layer {l} for commit='swap': {failure}"
+        with torch.no_grad():
+            aliases = [torch.empty(0, dtype=tensor.dtype).set_(tensor) for tensor in layer]
+            for spare in spares:  # fault the pages in now, not during the first round's transfers
+                spare.view(torch.uint8).zero_()
+        buffers.append((aliases, spares))
+    return buffers, ""
+
+
+def _spans_its_storage(tensor) -> bool:
+    """True when `tensor` is all of its storage (no other tensor sees rows it does not)."""
+    storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+    return tensor.storage_offset() == 0 and storage.nbytes() == tensor.numel() * tensor.element_size()
 
 
 def _check_layouts(gathered, me: int) -> None:

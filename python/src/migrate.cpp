@@ -21,12 +21,15 @@ py::tuple status_tuple(const Status& status) {
   return py::make_tuple(std::string(code_name(status.code())), status.message());
 }
 
-// One adopted tensor of one layer: its rows and whether the agent allocated them.
+// One adopted tensor of one layer: its rows and whether the agent allocated
+// them, and for the swap commit its spare buffer (0: none) likewise.
 struct TensorArgument {
   std::string name;
   uintptr_t address = 0;
   uint64_t bytes_per_expert = 0;
   bool allocated_by_agent = false;
+  uintptr_t spare_address = 0;
+  bool spare_allocated_by_agent = false;
 };
 
 py::dict layer_dict(const LayerReport& layer) {
@@ -61,21 +64,13 @@ class Migration {
  public:
   Migration(std::shared_ptr<ProcessGroup> group, std::shared_ptr<AgentHandle> agent,
             const std::vector<std::vector<TensorArgument>>& layers, int slots_per_rank, int num_nodes,
-            double timeout_seconds, int retries, py::object on_layer)
+            double timeout_seconds, int retries, py::object on_layer, const std::string& commit)
       : group_(std::move(group)), agent_(std::move(agent)), on_layer_(std::move(on_layer)), timeout_(timeout_seconds) {
-    StoreLayout layout;
-    layout.slots_per_rank = slots_per_rank;
-    std::vector<std::vector<TensorMemory>> memory;
-    for (const auto& layer : layers) {
-      layout.layers.emplace_back();
-      memory.emplace_back();
-      for (const auto& tensor : layer) {
-        layout.layers.back().push_back({tensor.name, tensor.bytes_per_expert});
-        memory.back().push_back({reinterpret_cast<uint8_t*>(tensor.address), 0, tensor.allocated_by_agent});
-      }
-    }
-    store_ = value_or_throw(ExpertStore::adopt(layout, group_->rank() * slots_per_rank, std::move(memory)));
-    topology_ = Topology{layout.num_layers(), 1, slots_per_rank * group_->size(), 1, num_nodes, group_->size()};
+    if (commit != "copy" && commit != "swap")
+      throw_if_error(error(Code::InvalidArgument, "commit must be 'copy' or 'swap', got '" + commit + "'"));
+    options_.commit = commit == "swap" ? CommitMode::Swap : CommitMode::Copy;
+    adopt_tensors(layers, slots_per_rank);
+    topology_ = Topology{store_->layout().num_layers(), 1, slots_per_rank * group_->size(), 1, num_nodes, group_->size()};
     throw_if_error(topology_.validate());
     // A collective waits for the slowest rank's transfers (up to the
     // timeout) plus its own time (up to the timeout again).
@@ -90,6 +85,13 @@ class Migration {
                               Deadline::after_seconds(timeout_seconds));
     }();
     migrator_ = value_or_throw(std::move(created));
+  }
+
+  // Which buffer of each layer is live (0: the engine's tensors, 1: their spares).
+  std::vector<int> live_buffers() const {
+    std::vector<int> live;
+    for (int l = 0; l < store_->layout().num_layers(); ++l) live.push_back(store_->live_buffer(l));
+    return live;
   }
 
   ~Migration() {
@@ -150,6 +152,27 @@ class Migration {
     ~UseOfAgent() { handle.end_use(); }
     AgentHandle& handle;
   };
+
+  // The store over the engine's tensors (and their spares, for the swap commit).
+  void adopt_tensors(const std::vector<std::vector<TensorArgument>>& layers, int slots_per_rank) {
+    StoreLayout layout;
+    layout.slots_per_rank = slots_per_rank;
+    std::vector<std::vector<TensorMemory>> memory, spare;
+    const bool swap = options_.commit == CommitMode::Swap;
+    for (const auto& layer : layers) {
+      layout.layers.emplace_back();
+      memory.emplace_back();
+      if (swap) spare.emplace_back();
+      for (const auto& tensor : layer) {
+        layout.layers.back().push_back({tensor.name, tensor.bytes_per_expert});
+        memory.back().push_back({reinterpret_cast<uint8_t*>(tensor.address), 0, tensor.allocated_by_agent});
+        if (swap)
+          spare.back().push_back({reinterpret_cast<uint8_t*>(tensor.spare_address), 0, tensor.spare_allocated_by_agent});
+      }
+    }
+    store_ = value_or_throw(
+        ExpertStore::adopt(layout, group_->rank() * slots_per_rank, std::move(memory), std::move(spare)));
+  }
 
   void call_on_layer(const LayerReport& layer) {
     if (on_layer_.is_none()) return;
@@ -246,15 +269,20 @@ std::unique_ptr<AsyncRound> Migration::start(const IndexArray& old_phy2log, cons
 
 void bind_migrate(py::module_& module) {
   py::class_<TensorArgument>(module, "TensorArgument")
-      .def(py::init([](std::string name, uintptr_t address, uint64_t bytes_per_expert, bool allocated_by_agent) {
-             return TensorArgument{std::move(name), address, bytes_per_expert, allocated_by_agent};
+      .def(py::init([](std::string name, uintptr_t address, uint64_t bytes_per_expert, bool allocated_by_agent,
+                       uintptr_t spare_address, bool spare_allocated_by_agent) {
+             return TensorArgument{std::move(name), address, bytes_per_expert, allocated_by_agent, spare_address,
+                                   spare_allocated_by_agent};
            }),
-           py::arg("name"), py::arg("address"), py::arg("bytes_per_expert"), py::arg("allocated_by_agent"));
+           py::arg("name"), py::arg("address"), py::arg("bytes_per_expert"), py::arg("allocated_by_agent"),
+           py::arg("spare_address") = 0, py::arg("spare_allocated_by_agent") = false);
   py::class_<Migration>(module, "Migration")
       .def(py::init<std::shared_ptr<ProcessGroup>, std::shared_ptr<AgentHandle>,
-                    const std::vector<std::vector<TensorArgument>>&, int, int, double, int, py::object>(),
+                    const std::vector<std::vector<TensorArgument>>&, int, int, double, int, py::object,
+                    const std::string&>(),
            py::arg("group"), py::arg("agent"), py::arg("layers"), py::arg("slots_per_rank"), py::arg("num_nodes"),
-           py::arg("timeout"), py::arg("retries"), py::arg("on_layer"))
+           py::arg("timeout"), py::arg("retries"), py::arg("on_layer"), py::arg("commit") = "copy")
+      .def("live_buffers", &Migration::live_buffers)
       .def("migrate", &Migration::migrate, py::arg("old_phy2log"), py::arg("new_phy2log"), py::arg("num_experts"))
       .def("start", &Migration::start, py::keep_alive<0, 1>(), py::arg("old_phy2log"), py::arg("new_phy2log"),
            py::arg("num_experts"), py::arg("lead_steps"))

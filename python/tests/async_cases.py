@@ -58,8 +58,8 @@ def case_setup(rank: int, world: int, seed: int, allocate: str = "plain", **migr
     return old, new, weights, eplb.Migrator(weights, **options)
 
 
-def full_round(rank: int, world: int, allocate: str) -> dict:
-    old, new, weights, migrator = case_setup(rank, world, 21, allocate)
+def full_round(rank: int, world: int, allocate: str, commit: str = "copy") -> dict:
+    old, new, weights, migrator = case_setup(rank, world, 21, allocate, commit=commit)
     handle = migrator.start(old, new)
     outcome = serve(handle, weights, old, new, rank)
     report = handle.report()
@@ -129,5 +129,6 @@ def misuse(rank: int, world: int) -> dict:
 def suite(rank: int, world: int) -> dict:
     """Every async case on one spawned group (spawning is the slow part)."""
     return {"plain": full_round(rank, world, "plain"), "empty": full_round(rank, world, "empty"),
+            "plain swap": full_round(rank, world, "plain", "swap"), "empty swap": full_round(rank, world, "empty", "swap"),
             "aborted": aborted_round(rank, world), "aborted_by_zero": aborted_by_rank_zero(rank, world),
             "failed": failed_round(rank, world), "misuse": misuse(rank, world)}

@@ -303,9 +303,58 @@ def lost_in_a_collective(rank: int, world: int, victim: int) -> dict:
     return outcome
 
 
+def make_parameters(layers: int, slots: int):
+    """Expert weights as an engine module holds them: nn.Parameters (requires_grad, as loaded)."""
+    return [[torch.nn.Parameter(tensor) for tensor in layer] for layer in make_weights(layers, slots, "plain")]
+
+
+def swap_rounds(rank: int, world: int) -> dict:
+    """commit="swap": three rounds byte-exact in the engine's own tensor objects (plain, eplb.empty,
+    nn.Parameter), which now sit on the other buffer; then an unrecoverable fault leaves every layer
+    old; and a view of a larger tensor is refused on every rank."""
+    layers, slots, experts = 3, 4, 4 * world - 1
+    rng = np.random.default_rng(31)
+    placements = [random_placement(rng, layers, slots * world, experts) for _ in range(4)]
+    outcome = {}
+    for allocate in ("plain", "empty", "parameter"):
+        weights = make_parameters(layers, slots) if allocate == "parameter" else make_weights(layers, slots, allocate)
+        objects = [id(tensor) for layer in weights for tensor in layer]
+        first = [tensor.data_ptr() for layer in weights for tensor in layer]
+        fill(weights, placements[0], rank)
+        migrator = eplb.Migrator(weights, timeout=20, commit="swap")
+        rounds = []
+        for old, new in zip(placements, placements[1:]):
+            report = migrator.migrate(old, new)
+            rounds.append({"wrong": mismatches(weights, new, rank), "commit": report["commit"],
+                           "verified": report["verified"], "moved": report["totals"]["bytes_moved"],
+                           "moved_pointers": sum(tensor.data_ptr() not in first for layer in weights
+                                                 for tensor in layer)})
+        outcome[allocate] = {"rounds": rounds, "same_objects": objects == [id(t) for layer in weights for t in layer],
+                             "spare_bytes": migrator.spare_bytes,
+                             "bytes": sum(t.numel() * t.element_size() for layer in weights for t in layer),
+                             "parameters": all(isinstance(t, torch.nn.Parameter) for layer in weights for t in layer)}
+    weights = make_weights(layers, slots, "plain")
+    fill(weights, placements[0], rank)
+    migrator = eplb.Migrator(weights, timeout=5, retries=1, commit="swap", inject=f"err=1,seed={rank + 3}")
+    try:
+        migrator.migrate(placements[0], placements[1])
+        outcome["fault"] = {"error": None}
+    except eplb.MigrationError as failure:
+        outcome["fault"] = {"error": str(failure), "committed": failure.committed_layers,
+                            "wrong": mismatches(weights, placements[0], rank)}
+    big = torch.empty((layers, slots, 8), dtype=torch.float32)
+    try:
+        eplb.Migrator([[big[l]] for l in range(layers)], timeout=20, commit="swap")
+        outcome["view"] = None
+    except eplb.LayoutError as failure:
+        outcome["view"] = str(failure)
+    return outcome
+
+
 def suite(rank: int, world: int, fault_names: list[str]) -> dict:
     """Several cases on one spawned group (spawning is the slow part)."""
-    results = {"shapes": shapes_round_trip(rank, world), "allgather": allgather_lengths(rank, world)}
+    results = {"shapes": shapes_round_trip(rank, world), "allgather": allgather_lengths(rank, world),
+               "swap": swap_rounds(rank, world)}
     if world == 2:
         results["no_change"] = no_change(rank, world)
         results["reused_checksums"] = reused_checksums(rank, world)

@@ -15,7 +15,7 @@ def ranks(request, tmp_path_factory):
     return run_ranks(tmp_path_factory.mktemp(f"async{request.param}"), request.param, cases.suite)
 
 
-@pytest.mark.parametrize("allocate", ["plain", "empty"])
+@pytest.mark.parametrize("allocate", ["plain", "empty", "plain swap", "empty swap"])
 def test_every_layer_commits_at_the_same_step_on_every_rank(ranks, allocate):
     outcomes = [result[allocate] for result in ranks]
     for outcome in outcomes:

@@ -50,6 +50,26 @@ def test_allgather_carries_every_length_exactly(two_ranks, four_ranks):
         assert [result["allgather"] for result in ranks] == [[]] * len(ranks)
 
 
+@pytest.mark.parametrize("ranks", ["two_ranks", "four_ranks"])
+def test_swap_commit_moves_the_engines_own_tensor_objects_to_the_new_rows(request, ranks):
+    results = request.getfixturevalue(ranks)
+    for rank, result in enumerate(results):
+        swap = result["swap"]
+        for allocate in ("plain", "empty", "parameter"):
+            case = swap[allocate]
+            for number, item in enumerate(case["rounds"]):
+                assert item["wrong"] == [], f"rank {rank} {allocate} round {number}: {item['wrong'][:3]}"
+                assert item["commit"] == "swap" and item["verified"] is True and item["moved"] > 0
+            assert case["same_objects"], f"rank {rank} {allocate}: the engine's tensor objects were replaced"
+            assert max(item["moved_pointers"] for item in case["rounds"]) > 0  # some tensor now on its spare
+            assert case["spare_bytes"] == case["bytes"]
+            assert case["parameters"] == (allocate == "parameter")
+        fault = swap["fault"]
+        assert fault["error"] is not None and fault["error"].startswith("layer 0 aborted"), fault
+        assert fault["committed"] == [] and fault["wrong"] == []  # every layer still wholly old
+        assert "view of part of a larger tensor" in swap["view"] and "commit='copy'" in swap["view"]
+
+
 def test_no_change_moves_nothing(two_ranks):
     for result in two_ranks:
         assert result["no_change"] == {"moved": 0, "changed": [False, False], "wrong": []}

@@ -88,9 +88,8 @@ Result<RankMap> decode_map(std::string_view message, int rank) {
 Status check_commit_mode(CommitMode mode, const ExpertStore& store) {
   if (mode != CommitMode::Swap || store.has_spare()) return Status::ok();
   return error(Code::InvalidArgument,
-               "migrate: the swap commit needs owned memory with a spare buffer per layer "
-               "(ExpertStore::create_arena with spare_buffers); this store has none (adopted engine memory, whose "
-               "addresses the engine may have frozen, or an arena without spares): use the copy commit");
+               "migrate: the swap commit needs a spare buffer per layer (ExpertStore::create_arena with "
+               "spare_buffers, or adopt with the engine's spare buffers); this store has none: use the copy commit");
 }
 
 std::string join_ints(const std::vector<int>& values, size_t limit) {

@@ -95,32 +95,42 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
   return store;
 }
 
-Result<std::unique_ptr<ExpertStore>> ExpertStore::adopt(const StoreLayout& layout, int first_slot,
-                                                        std::vector<std::vector<TensorMemory>> memory) {
-  EPLB_TRY(layout.validate());
-  EPLB_TRY(check_first_slot(layout, first_slot));
+// Checks engine buffers [layer][tensor] against the layout and resolves
+// packed strides; `what` names them ("engine memory", "spare memory").
+static Status check_engine_memory(const StoreLayout& layout, std::vector<std::vector<TensorMemory>>& memory,
+                                  const char* what) {
   if (memory.size() != layout.layers.size())
-    return error(Code::InvalidArgument, fmt::format("expert store: engine memory lists {} layers, the layout has {}",
+    return error(Code::InvalidArgument, fmt::format("expert store: {} lists {} layers, the layout has {}", what,
                                                     memory.size(), layout.layers.size()));
   for (size_t l = 0; l < memory.size(); ++l) {
     if (memory[l].size() != layout.layers[l].size())
-      return error(Code::InvalidArgument,
-                   fmt::format("expert store: engine memory of layer {} lists {} tensors, the layout has {}", l,
-                               memory[l].size(), layout.layers[l].size()));
+      return error(Code::InvalidArgument, fmt::format("expert store: {} of layer {} lists {} tensors, the layout has {}",
+                                                      what, l, memory[l].size(), layout.layers[l].size()));
     for (size_t t = 0; t < memory[l].size(); ++t) {
       auto& buffer = memory[l][t];
       const auto& tensor = layout.layers[l][t];
       if (buffer.row_stride == 0) buffer.row_stride = tensor.bytes_per_expert;
       if (buffer.address == nullptr || buffer.row_stride < tensor.bytes_per_expert)
-        return error(Code::InvalidArgument, fmt::format("expert store: engine memory of layer {} tensor '{}' is null "
+        return error(Code::InvalidArgument, fmt::format("expert store: {} of layer {} tensor '{}' is null "
                                                         "or its row stride ({} B) is below its {} B per expert",
-                                                        l, tensor.name, buffer.row_stride, tensor.bytes_per_expert));
+                                                        what, l, tensor.name, buffer.row_stride, tensor.bytes_per_expert));
     }
   }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<ExpertStore>> ExpertStore::adopt(const StoreLayout& layout, int first_slot,
+                                                        std::vector<std::vector<TensorMemory>> memory,
+                                                        std::vector<std::vector<TensorMemory>> spare) {
+  EPLB_TRY(layout.validate());
+  EPLB_TRY(check_first_slot(layout, first_slot));
+  EPLB_TRY(check_engine_memory(layout, memory, "engine memory"));
+  if (!spare.empty()) EPLB_TRY(check_engine_memory(layout, spare, "spare memory"));
   std::unique_ptr<ExpertStore> store(new ExpertStore());
   store->layout_ = layout;
   store->first_slot_ = first_slot;
   store->memory_ = std::move(memory);
+  store->spare_ = std::move(spare);
   EPLB_TRY(store->finish_setup());
   return store;
 }
@@ -200,18 +210,29 @@ void ExpertStore::forget_checksums(int layer) {
   if (layer >= 0 && layer < layout_.num_layers()) reset_checksums(layer);
 }
 
+uint64_t ExpertStore::span_bytes(size_t layer, size_t tensor, const TensorMemory& buffer) const {
+  return buffer.row_stride * uint64_t(layout_.slots_per_rank - 1) + layout_.layers[layer][tensor].bytes_per_expert;
+}
+
+uint64_t ExpertStore::spare_bytes() const {
+  if (arena_) return has_spare() ? arena_bytes_ / 2 : 0;
+  uint64_t bytes = 0;
+  for (size_t l = 0; l < spare_.size(); ++l)
+    for (size_t t = 0; t < spare_[l].size(); ++t) bytes += span_bytes(l, t, spare_[l][t]);
+  return bytes;
+}
+
 std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
   std::vector<xfer::MemoryRegion> regions;
   if (arena_) {
     if (!agent_region_) regions.push_back({arena_, arena_bytes_, xfer::MemoryKind::Host, 0});
   } else {
-    for (size_t l = 0; l < memory_.size(); ++l)
-      for (size_t t = 0; t < memory_[l].size(); ++t) {
-        if (memory_[l][t].registered) continue;
-        uint64_t span = memory_[l][t].row_stride * uint64_t(layout_.slots_per_rank - 1) +
-                        layout_.layers[l][t].bytes_per_expert;
-        regions.push_back({memory_[l][t].address, span, xfer::MemoryKind::Host, 0});
-      }
+    for (const auto* buffers : {&memory_, &spare_})
+      for (size_t l = 0; l < buffers->size(); ++l)
+        for (size_t t = 0; t < (*buffers)[l].size(); ++t) {
+          const TensorMemory& buffer = (*buffers)[l][t];
+          if (!buffer.registered) regions.push_back({buffer.address, span_bytes(l, t, buffer), xfer::MemoryKind::Host, 0});
+        }
   }
   regions.push_back({staging_, staging_bytes_, xfer::MemoryKind::Host, 0});
   return regions;

@@ -106,20 +106,41 @@ Status create_with(ExpertStore& store, const Topology& topology, CommitMode mode
 TEST(AsyncSwap, MemoryWithoutSpareBuffersIsRefused) {
   const Topology topology{1, 4, 4, 1, 1, 1};
   const StoreLayout layout = StoreLayout::uniform(1, 4, {{"w", 64}});
-  std::vector<uint8_t> engine(4 * 64);
+  std::vector<uint8_t> engine(4 * 64), engine_spare(4 * 64);
   auto adopted = ExpertStore::adopt(layout, 0, {{TensorMemory{engine.data(), 0, false}}});
+  auto adopted_spare = ExpertStore::adopt(layout, 0, {{TensorMemory{engine.data(), 0, false}}},
+                                          {{TensorMemory{engine_spare.data(), 0, false}}});
   auto plain = ExpertStore::create_arena(layout, 0);
   auto spare = ExpertStore::create_arena(layout, 0, nullptr, true);
-  ASSERT_TRUE(adopted && plain && spare);
+  ASSERT_TRUE(adopted && plain && spare && adopted_spare);
   for (ExpertStore* store : {adopted->get(), plain->get()}) {
     Status refused = create_with(*store, topology, CommitMode::Swap);
     EXPECT_EQ(refused.code(), Code::InvalidArgument);
-    EXPECT_NE(refused.message().find("swap commit needs owned memory"), std::string::npos) << refused.to_string();
+    EXPECT_NE(refused.message().find("swap commit needs a spare buffer per layer"), std::string::npos) << refused.to_string();
   }
   EXPECT_EQ((*adopted)->spare_bytes(), 0u);
   EXPECT_EQ((*spare)->spare_bytes(), 4096u);  // one page-aligned layer
   EXPECT_TRUE(create_with(**spare, topology, CommitMode::Swap));
   EXPECT_TRUE(create_with(**spare, topology, CommitMode::Copy));
+  // The engine's own second buffers (adopt with spare): both registered, 256 B of spares.
+  EXPECT_EQ((*adopted_spare)->spare_bytes(), 4u * 64);
+  EXPECT_EQ((*adopted_spare)->regions().size(), 3u);  // live, spare, staging
+  EXPECT_TRUE(create_with(**adopted_spare, topology, CommitMode::Swap));
+}
+
+TEST(AsyncSwap, AdoptedSpareMemoryMustMatchTheLayout) {
+  const StoreLayout layout = StoreLayout::uniform(2, 4, {{"w", 64}});
+  std::vector<uint8_t> engine(2 * 4 * 64);
+  std::vector<std::vector<TensorMemory>> live{{TensorMemory{engine.data(), 0, false}},
+                                              {TensorMemory{engine.data() + 256, 0, false}}};
+  auto one_layer = ExpertStore::adopt(layout, 0, live, {{TensorMemory{engine.data(), 0, false}}});
+  ASSERT_FALSE(one_layer);
+  EXPECT_NE(one_layer.status().message().find("spare memory lists 1 layers, the layout has 2"), std::string::npos)
+      << one_layer.status().to_string();
+  auto null_spare = ExpertStore::adopt(layout, 0, live, {{TensorMemory{}}, {TensorMemory{}}});
+  ASSERT_FALSE(null_spare);
+  EXPECT_NE(null_spare.status().message().find("spare memory of layer 0 tensor 'w' is null"), std::string::npos)
+      << null_spare.status().to_string();
 }
 
 }  // namespace

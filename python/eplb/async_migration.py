@@ -100,8 +100,10 @@ class AsyncMigration:
             return []
         self._step += 1
         started = time.perf_counter()
-        code, message, layers = self._native.commit_ready(self._step, max_layers)
-        self._migrator._repoint_swapped()
+        try:
+            code, message, layers = self._native.commit_ready(self._step, max_layers)
+        finally:  # also when on_layer raised after a commit
+            self._migrator._repoint_swapped()
         self._migrator._observe_stall(time.perf_counter() - started)
         self._committed.extend(layers)
         self._raise_unless_ok(code, message)

@@ -132,8 +132,10 @@ class Migrator:
         old, new, experts = self._round_arguments(old_phy2log, new_phy2log, layers)
         if not self._reuse_checksums:
             self._native.forget_checksums([])
-        code, message, layer_reports, seconds, retries = self._native.migrate(old, new, experts)
-        self._repoint_swapped()
+        try:
+            code, message, layer_reports, seconds, retries = self._native.migrate(old, new, experts)
+        finally:  # also when on_layer raised: the layers committed before it are swapped
+            self._repoint_swapped()
         self._observe_round(layer_reports)
         if code != "ok":
             raise self._round_error(code, message, layer_reports, seconds)

@@ -342,6 +342,20 @@ def swap_rounds(rank: int, world: int) -> dict:
     except eplb.MigrationError as failure:
         outcome["fault"] = {"error": str(failure), "committed": failure.committed_layers,
                             "wrong": mismatches(weights, placements[0], rank)}
+    # An on_layer callback that raises: the round still commits every layer (the callback's error is
+    # raised after it), and the engine's tensors must show the new rows all the same.
+    weights = make_weights(layers, slots, "plain")
+    fill(weights, placements[0], rank)
+
+    def failing_callback(layer_report):
+        raise KeyError(f"engine callback failed at layer {layer_report['layer']}")
+
+    migrator = eplb.Migrator(weights, timeout=20, commit="swap", on_layer=failing_callback)
+    try:
+        migrator.migrate(placements[0], placements[1])
+        outcome["callback"] = {"error": None}
+    except KeyError as failure:
+        outcome["callback"] = {"error": str(failure), "wrong": mismatches(weights, placements[1], rank)}
     big = torch.empty((layers, slots, 8), dtype=torch.float32)
     try:
         eplb.Migrator([[big[l]] for l in range(layers)], timeout=20, commit="swap")

@@ -210,8 +210,15 @@ bool forge_hello(const std::string& socket_path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, socket_path.c_str(), sizeof address.sun_path - 1);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+  // The socket file appears at bind(), before listen(): until then connect()
+  // is refused, so retry for a while (a loaded machine can sit in between).
+  int fd = -1;
+  const bool connected = eventually([&] {
+    if (fd >= 0) ::close(fd);
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+  }, 10);
+  if (!connected) {
     ::close(fd);
     return false;
   }

@@ -70,7 +70,8 @@ class Migration {
       throw_if_error(error(Code::InvalidArgument, "commit must be 'copy' or 'swap', got '" + commit + "'"));
     options_.commit = commit == "swap" ? CommitMode::Swap : CommitMode::Copy;
     adopt_tensors(layers, slots_per_rank);
-    topology_ = Topology{store_->layout().num_layers(), 1, slots_per_rank * group_->size(), 1, num_nodes, group_->size()};
+    const int ranks = group_->size();
+    topology_ = Topology{store_->layout().num_layers(), 1, slots_per_rank * ranks, 1, num_nodes, ranks};
     throw_if_error(topology_.validate());
     // A collective waits for the slowest rank's transfers (up to the
     // timeout) plus its own time (up to the timeout again).
@@ -167,7 +168,8 @@ class Migration {
         layout.layers.back().push_back({tensor.name, tensor.bytes_per_expert});
         memory.back().push_back({reinterpret_cast<uint8_t*>(tensor.address), 0, tensor.allocated_by_agent});
         if (swap)
-          spare.back().push_back({reinterpret_cast<uint8_t*>(tensor.spare_address), 0, tensor.spare_allocated_by_agent});
+          spare.back().push_back(
+              {reinterpret_cast<uint8_t*>(tensor.spare_address), 0, tensor.spare_allocated_by_agent});
       }
     }
     store_ = value_or_throw(

@@ -104,16 +104,18 @@ static Status check_engine_memory(const StoreLayout& layout, std::vector<std::ve
                                                     memory.size(), layout.layers.size()));
   for (size_t l = 0; l < memory.size(); ++l) {
     if (memory[l].size() != layout.layers[l].size())
-      return error(Code::InvalidArgument, fmt::format("expert store: {} of layer {} lists {} tensors, the layout has {}",
-                                                      what, l, memory[l].size(), layout.layers[l].size()));
+      return error(Code::InvalidArgument,
+                   fmt::format("expert store: {} of layer {} lists {} tensors, the layout has {}", what, l,
+                               memory[l].size(), layout.layers[l].size()));
     for (size_t t = 0; t < memory[l].size(); ++t) {
       auto& buffer = memory[l][t];
       const auto& tensor = layout.layers[l][t];
       if (buffer.row_stride == 0) buffer.row_stride = tensor.bytes_per_expert;
       if (buffer.address == nullptr || buffer.row_stride < tensor.bytes_per_expert)
-        return error(Code::InvalidArgument, fmt::format("expert store: {} of layer {} tensor '{}' is null "
-                                                        "or its row stride ({} B) is below its {} B per expert",
-                                                        what, l, tensor.name, buffer.row_stride, tensor.bytes_per_expert));
+        return error(Code::InvalidArgument,
+                     fmt::format("expert store: {} of layer {} tensor '{}' is null or its row stride ({} B) is "
+                                 "below its {} B per expert",
+                                 what, l, tensor.name, buffer.row_stride, tensor.bytes_per_expert));
     }
   }
   return Status::ok();
@@ -231,7 +233,8 @@ std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
       for (size_t l = 0; l < buffers->size(); ++l)
         for (size_t t = 0; t < (*buffers)[l].size(); ++t) {
           const TensorMemory& buffer = (*buffers)[l][t];
-          if (!buffer.registered) regions.push_back({buffer.address, span_bytes(l, t, buffer), xfer::MemoryKind::Host, 0});
+          if (buffer.registered) continue;
+          regions.push_back({buffer.address, span_bytes(l, t, buffer), xfer::MemoryKind::Host, 0});
         }
   }
   regions.push_back({staging_, staging_bytes_, xfer::MemoryKind::Host, 0});

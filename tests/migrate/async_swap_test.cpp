@@ -116,7 +116,8 @@ TEST(AsyncSwap, MemoryWithoutSpareBuffersIsRefused) {
   for (ExpertStore* store : {adopted->get(), plain->get()}) {
     Status refused = create_with(*store, topology, CommitMode::Swap);
     EXPECT_EQ(refused.code(), Code::InvalidArgument);
-    EXPECT_NE(refused.message().find("swap commit needs a spare buffer per layer"), std::string::npos) << refused.to_string();
+    EXPECT_NE(refused.message().find("swap commit needs a spare buffer per layer"), std::string::npos)
+        << refused.to_string();
   }
   EXPECT_EQ((*adopted)->spare_bytes(), 0u);
   EXPECT_EQ((*spare)->spare_bytes(), 4096u);  // one page-aligned layer

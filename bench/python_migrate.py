@@ -15,13 +15,16 @@ its rounds' median and spread:
 - single-thread memcpy of 8 MiB rows, DRAM to DRAM between distinct buffers (bench/memcpy_bench when
   built, else numpy), same bytes.
 GB/s of a Python round = whole-group bytes moved / the slowest rank's migration time.
+Every path first runs --warmup rounds (default 1) that the medians leave out and the table shows on
+their own ("first"): the first round of a fresh set-up pays one-time costs (the first touch of each
+peer's pages through the mapping, gloo's first collectives), and memcpy_bench warms up likewise.
 Goals (issue 14): Python within 10% of the CLI; eplb.empty >= 0.5 of memcpy.
 
 --hugepages N (root only) reserves N huge pages of 2 MiB (vm.nr_hugepages) for the run and puts the
 previous count back after it: UCX's System V allocation then puts eplb.empty tensors and the CLI's
 arenas on them (the run prints the page size of the eplb.empty tensors).
 
-Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--cli build/eplb] [--hugepages N]   (the eplb package
+Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--warmup 1] [--cli build/eplb] [--hugepages N]   (the eplb package
 installed, e.g. in .venv: .venv/bin/python bench/python_migrate.py). Wrap it in flock /work/.cpu.lock.
 """
 import argparse
@@ -39,7 +42,7 @@ RANKS, LAYERS, EXPERTS, EXPERT_BYTES = 4, 8, 16, 8 << 20
 SLOTS = EXPERTS // RANKS
 
 
-def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
+def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -63,12 +66,12 @@ def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
         migrator = eplb.Migrator(weights, transport="shm", timeout=60, reuse_checksums=kind in ("reuse", "swap"),
                                  commit="swap" if kind == "swap" else "copy")
         speeds, placement = [], home
-        for _ in range(rounds):
+        for _ in range(warmup + rounds):
             target = moved if placement is home else home
             report = migrator.migrate(placement, target)
             placement = target
             speeds.append(report["totals"]["bytes_moved"] / report["slowest_rank_seconds"] / 1e9)
-        results[kind] = {"gbps": speeds, "bytes": report["totals"]["bytes_moved"]}
+        results[kind] = {"gbps": speeds[warmup:], "first": speeds[:warmup], "bytes": report["totals"]["bytes_moved"]}
         del migrator, weights
     if rank == 0:
         Path(out).write_text(json.dumps(results))
@@ -113,7 +116,7 @@ class HugePages:
             Path(self.PATH).write_text(self.before)
 
 
-def python_rounds(rounds: int) -> dict:
+def python_rounds(rounds: int, warmup: int) -> dict:
     import socket
 
     import torch.multiprocessing as mp
@@ -123,7 +126,7 @@ def python_rounds(rounds: int) -> dict:
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory(dir=ROOT / "build-python") as scratch:
         out = os.path.join(scratch, "python.json")
-        context = mp.start_processes(rank_main, args=(port, rounds, out), nprocs=RANKS, join=False,
+        context = mp.start_processes(rank_main, args=(port, rounds, warmup, out), nprocs=RANKS, join=False,
                                      start_method="spawn")
         for process in context.processes:
             process.join(600)
@@ -133,15 +136,16 @@ def python_rounds(rounds: int) -> dict:
         return json.loads(Path(out).read_text())
 
 
-def cli_rounds(cli: str, rounds: int, commit: str) -> list:
+def cli_rounds(cli: str, rounds: int, warmup: int, commit: str) -> dict:
     with tempfile.TemporaryDirectory(dir=ROOT / "build-python") as scratch:
         report = os.path.join(scratch, "run.json")
         subprocess.run([cli, "run", "--ranks", str(RANKS), "--nodes", "1", "--layers", str(LAYERS), "--experts",
                         str(EXPERTS), "--replicas", str(EXPERTS), "--groups", "1", "--bytes-per-expert", "8MiB",
-                        "--rounds", str(rounds), "--transport", "shm", "--commit", commit, "--json", report],
+                        "--rounds", str(warmup + rounds), "--transport", "shm", "--commit", commit, "--json", report],
                        check=True, capture_output=True, timeout=600)
         data = json.loads(Path(report).read_text())
-    return [r["bytes_moved"] / r["seconds"] / 1e9 for r in data["rounds"] if r["bytes_moved"] and r["seconds"] > 0]
+    speeds = [r["bytes_moved"] / r["seconds"] / 1e9 for r in data["rounds"] if r["bytes_moved"] and r["seconds"] > 0]
+    return {"gbps": speeds[warmup:], "first": speeds[:warmup]}
 
 
 def memcpy_rounds(nbytes: int, rounds: int) -> list:
@@ -167,40 +171,48 @@ def memcpy_rounds(nbytes: int, rounds: int) -> list:
     return speeds
 
 
-def row(name: str, speeds: list, peers: dict) -> str:
+def row(name: str, measured: dict, peers: dict) -> str:
+    """One table row: median, spread and count of the measured rounds, the warm-up rounds, the ratios."""
+    speeds = measured["gbps"]
     median = statistics.median(speeds)
-    ratios = "  ".join(f"{median / statistics.median(peer):6.2f}" for peer in peers.values())
-    return f"{name:<28} {median:8.2f} {min(speeds):8.2f} {max(speeds):8.2f} {len(speeds):6d}  {ratios}"
+    ratios = "  ".join(f"{median / statistics.median(peer['gbps']):6.2f}" for peer in peers.values())
+    first = ",".join(f"{speed:.2f}" for speed in measured.get("first", [])) or "-"
+    return f"{name:<28} {median:8.2f} {min(speeds):8.2f} {max(speeds):8.2f} {len(speeds):6d} {first:>10}  {ratios}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds per measurement (default 5)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="rounds each path runs before the measured ones, shown apart (default 1)")
     parser.add_argument("--cli", default=str(ROOT / "build" / "eplb"), help="the eplb CLI (default build/eplb)")
     parser.add_argument("--hugepages", type=int, default=None,
                         help="reserve this many 2 MiB huge pages for the run (root; default: leave the machine as is)")
     arguments = parser.parse_args()
     if arguments.hugepages is not None and arguments.hugepages < 0:
         parser.error("--hugepages must be >= 0")
+    if arguments.rounds < 1 or arguments.warmup < 0:
+        parser.error("--rounds must be >= 1 and --warmup >= 0")
     with HugePages(arguments.hugepages):
-        python = python_rounds(arguments.rounds)
-        cli = cli_rounds(arguments.cli, arguments.rounds, "copy")
-        cli_swap = cli_rounds(arguments.cli, arguments.rounds, "swap")
-    memcpy = memcpy_rounds(python["plain"]["bytes"], arguments.rounds)
+        python = python_rounds(arguments.rounds, arguments.warmup)
+        cli = cli_rounds(arguments.cli, arguments.rounds, arguments.warmup, "copy")
+        cli_swap = cli_rounds(arguments.cli, arguments.rounds, arguments.warmup, "swap")
+    memcpy = {"gbps": memcpy_rounds(python["plain"]["bytes"], arguments.rounds)}
     peers = {"vs eplb run": cli, "vs eplb run swap": cli_swap, "vs memcpy": memcpy}
     print(f"{RANKS} ranks, 1 node, {LAYERS} layers, {EXPERTS} experts in {EXPERTS} slots, 8 MiB experts, UCX shm; "
           f"Python rounds move {python['plain']['bytes'] / 2**30:.2f} GiB each")
-    print(f"{'path':<28} {'median':>8} {'min':>8} {'max':>8} {'rounds':>6}  {'/ run':>6}  {'/ swap':>6}  "
+    print(f"{'path':<28} {'median':>8} {'min':>8} {'max':>8} {'rounds':>6} {'first':>10}  {'/ run':>6}  {'/ swap':>6}  "
           f"{'/ memcpy':>6}")
-    print(row("Python, plain heap tensors", python["plain"]["gbps"], peers))
-    print(row("Python, eplb.empty tensors", python["empty"]["gbps"], peers))
-    print(row("  + reuse_checksums=True", python["reuse"]["gbps"], peers))
-    print(row("  + commit='swap'", python["swap"]["gbps"], peers))
+    print(row("Python, plain heap tensors", python["plain"], peers))
+    print(row("Python, eplb.empty tensors", python["empty"], peers))
+    print(row("  + reuse_checksums=True", python["reuse"], peers))
+    print(row("  + commit='swap'", python["swap"], peers))
     print(row("eplb run (CLI)", cli, peers))
     print(row("eplb run --commit swap", cli_swap, peers))
     print(row("memcpy, one thread", memcpy, peers))
     print(f"eplb.empty tensors on {python['empty page bytes'] // 1024} KiB pages, heap tensors on "
           f"{python['plain page bytes'] // 1024} KiB pages (rank 0)")
+    print("first: GB/s of the warm-up rounds (--warmup), left out of median, min and max")
     print("/ run, / swap: ratio to eplb run with the copy commit, with --commit swap")
     print("GB/s = 1e9 bytes per second; goals: Python within 10% of eplb run, eplb.empty >= 0.5 of memcpy")
 

@@ -202,8 +202,10 @@ class Agent {
   // Waits until at least one notification arrived or the deadline passes (Timeout).
   Result<std::vector<Notification>> wait_notifications(Deadline deadline);
 
-  // One round of backend progress (status() and wait() call it too).
-  void progress();
+  // One round of backend progress (status() and wait() call it too). True
+  // when it handled any event: a caller that progresses only to serve its
+  // peers (software-emulated READs) may back off while it returns false.
+  bool progress();
 
   class Impl;
 

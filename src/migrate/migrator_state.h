@@ -3,6 +3,7 @@
 // layer_round.cpp (the per-layer loop) and layer_attempt.cpp (one attempt).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -42,14 +43,18 @@ std::string join_ints(const std::vector<int>& values, size_t limit = 12);
 // (UCX over shared memory without CMA, for example) a source only serves
 // its peers' READs while it progresses, and it must keep serving them while
 // it waits for the slowest rank in a vote. The collective has its own
-// deadline, so the loop ends.
+// deadline, so the loop ends. Between rounds of progress it waits on the
+// collective itself: 20 us after a round that handled events, doubling up
+// to 500 us while none arrive, so that ranks sharing cores with the ones
+// still working (more ranks than cores) do not take their CPU time with
+// wake-ups; the collective's end wakes it at once.
 template <typename Collective>
 auto with_progress(xfer::Agent& agent, Collective&& collective) {
+  constexpr auto kBusyPause = std::chrono::microseconds(20), kIdlePause = std::chrono::microseconds(500);
   auto pending = std::async(std::launch::async, std::forward<Collective>(collective));
-  while (pending.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
-    agent.progress();
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  auto pause = kBusyPause;
+  while (pending.wait_for(pause) != std::future_status::ready)
+    pause = agent.progress() ? kBusyPause : std::min(pause * 2, kIdlePause);
   return pending.get();
 }
 

@@ -88,7 +88,7 @@ std::vector<Notification> Agent::take_notifications() { return impl_->take_notif
 Result<std::vector<Notification>> Agent::wait_notifications(Deadline deadline) {
   return impl_->wait_notifications(deadline);
 }
-void Agent::progress() { impl_->progress(); }
+bool Agent::progress() { return impl_->progress(); }
 
 Agent::Impl::Impl(std::string name, std::unique_ptr<Backend> backend, bool map_peer_memory_eagerly)
     : name_(std::move(name)), map_peer_memory_eagerly_(map_peer_memory_eagerly), backend_(std::move(backend)) {}

@@ -118,7 +118,7 @@ class Agent::Impl {
   std::vector<Notification> take_notifications();
   Result<std::vector<Notification>> wait_notifications(Deadline deadline);
 
-  void progress() { backend_->progress(); }
+  bool progress() { return backend_->progress(); }
 
  private:
   uint64_t next_handle() { return next_handle_++; }

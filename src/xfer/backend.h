@@ -104,7 +104,9 @@ class Backend {
 
   virtual Status send_notification(BackendPeer& peer, const std::string& self_name, const std::string& message) = 0;
   virtual std::vector<Notification> take_notifications() = 0;
-  virtual void progress() = 0;
+  // One round of progress; true when it handled any event (a caller polling
+  // on behalf of peers may back off while nothing happens).
+  virtual bool progress() = 0;
 };
 
 // Factories (defined in their backend's .cpp).

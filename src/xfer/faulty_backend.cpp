@@ -236,7 +236,7 @@ class FaultyBackend final : public Backend {
     return inner_->send_notification(peer, self_name, message);
   }
   std::vector<Notification> take_notifications() override { return inner_->take_notifications(); }
-  void progress() override { inner_->progress(); }
+  bool progress() override { return inner_->progress(); }
 
  private:
   // True once `posts_before` posts have been made and the limit is reached.

@@ -174,7 +174,7 @@ class LoopbackBackend final : public Backend {
     return taken;
   }
 
-  void progress() override {}
+  bool progress() override { return false; }
 
   // Caller holds registry().mutex.
   static Status deliver_locked(const LoopbackPeer& peer, const std::string& from, const std::string& message) {

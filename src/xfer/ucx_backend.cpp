@@ -415,10 +415,11 @@ class UcxBackend final : public Backend {
     return taken;
   }
 
-  void progress() override {
-    while (state_->progress() != 0) {
-    }
+  bool progress() override {
+    bool handled = false;
+    while (state_->progress() != 0) handled = true;
     if (!state_->parked_sends.empty()) state_->reap_parked_sends();
+    return handled;
   }
 
  private:

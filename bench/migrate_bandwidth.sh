@@ -12,12 +12,15 @@
 # (above 10% of the cores: not a quiet measurement), and whether DAMON
 # monitors memory here (on a shadow-paging VM it makes pages cold mid-run).
 # Target (issue 16): median ratio >= 0.8.
+# WARMUP=N (default 1): rounds run first and left out of the medians, shown
+# on their own: a fresh run's first round also pays one-time costs (each
+# peer page's first touch through its mapping).
 # HUGEPAGES=N (root only): reserve N huge pages of 2 MiB (vm.nr_hugepages)
 # for the run and put the previous count back after it, however it ends.
 # UCX's System V allocation (UCX_SYSV_HUGETLB_MODE=try, its default) then
 # puts the ranks' arenas on them; the run prints the arena's page size.
 # 4 ranks at the default shape take about 1100 (copy) or 2100 (swap).
-# Usage: [LAYERS=4] [ROUNDS=5] [HUGEPAGES=N] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
+# Usage: [LAYERS=4] [ROUNDS=5] [WARMUP=1] [HUGEPAGES=N] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
 # Prints one row per round, then medians with min-max spread and the ratio
 # of the medians, and where the slowest rank's time went (sum over layers).
 set -euo pipefail
@@ -44,8 +47,11 @@ if [[ -n "${HUGEPAGES:-}" ]]; then
   fi
   echo "huge pages reserved for the run: $(cat /proc/sys/vm/nr_hugepages) of 2 MiB (asked $HUGEPAGES; was $hugepages_before)"
 fi
-python3 - "$json" "$build/bench/memcpy_bench" "$build/eplb" run --ranks 4 --nodes 2 --bytes-per-expert 8MiB \
-  --layers "${LAYERS:-4}" --rounds "${ROUNDS:-5}" --json "$json" "$@" <<'PY'
+warmup="${WARMUP:-1}"
+rounds="${ROUNDS:-5}"
+[[ "$warmup" =~ ^[0-9]+$ && "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "WARMUP must be >= 0 and ROUNDS >= 1" >&2; exit 2; }
+python3 - "$json" "$build/bench/memcpy_bench" "$warmup" "$build/eplb" run --ranks 4 --nodes 2 --bytes-per-expert 8MiB \
+  --layers "${LAYERS:-4}" --rounds "$((warmup + rounds))" --json "$json" "$@" <<'PY'
 import json, os, resource, statistics, subprocess, sys, time
 
 
@@ -76,15 +82,19 @@ def children_seconds():
 # another login session's processes while the kernel groups tasks per
 # session, sched_autogroup), so the run reports how much CPU went elsewhere.
 busy, own, start = busy_seconds(), children_seconds(), time.monotonic()
-subprocess.run(sys.argv[3:], stdout=subprocess.DEVNULL, check=True)
+subprocess.run(sys.argv[4:], stdout=subprocess.DEVNULL, check=True)
 wall = time.monotonic() - start
 other = max(0.0, (busy_seconds() - busy) - (children_seconds() - own))
 cores = os.cpu_count() or 1
 report = json.load(open(sys.argv[1]))
 memcpy = sys.argv[2]
-rounds = [r for r in report["rounds"] if r["bytes_moved"] > 0 and r["seconds"] > 0]
+warmup = int(sys.argv[3])
+for r in report["rounds"][:warmup]:
+    print("warm-up round %d: %.2f GiB in %.3f s, %.2f GB/s (left out below)" %
+          (r["round"], r["bytes_moved"] / 2**30, r["seconds"], r["bytes_moved"] / max(r["seconds"], 1e-9) / 1e9))
+rounds = [r for r in report["rounds"][warmup:] if r["bytes_moved"] > 0 and r["seconds"] > 0]
 if not rounds:
-    sys.exit("no round moved any bytes")
+    sys.exit("no measured round moved any bytes")
 print("%-5s  %10s  %9s  %14s  %14s  %6s" % ("round", "moved", "time", "migrate GB/s", "memcpy GB/s", "ratio"))
 migrate, copy = [], []
 for r in rounds:

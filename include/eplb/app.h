@@ -48,8 +48,9 @@ Result<std::vector<TensorSpec>> parse_tensors(std::string_view spec);
 // --------------------------------------------------- simulated expert rows ---
 
 // Writes every slot of `layer` (or of all layers) with the synthetic bytes of
-// the expert `placement` maps it to (zeros for an empty slot), and makes the
-// store forget the checksums of what was rewritten.
+// the expert `placement` maps it to (zeros for an empty slot), and records
+// each row's checksum in the store, as an engine would hash its weights when
+// it loads them (so a migration's sources need not hash them on first use).
 void fill_simulated(ExpertStore& store, const Placement& placement, int layer);
 void fill_simulated(ExpertStore& store, const Placement& placement);
 // Checks every row of every slot of every layer byte for byte; the error

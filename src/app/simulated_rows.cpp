@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/bytes.h"
 #include "eplb/app.h"
 
 namespace eplb {
@@ -38,9 +39,9 @@ void fill_simulated(ExpertStore& store, const Placement& placement, int layer) {
       std::span<uint8_t> out(store.row(layer, s, t), store.row_bytes(layer, t));
       if (expert < 0) std::memset(out.data(), 0, out.size());
       else fill_expert_bytes(layer, expert, t, 0, out);
+      store.remember_checksum(layer, s, t, bytes::checksum(out));
     }
   }
-  store.forget_checksums(layer);
 }
 
 void fill_simulated(ExpertStore& store, const Placement& placement) {

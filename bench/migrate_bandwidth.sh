@@ -20,7 +20,8 @@
 # UCX's System V allocation (UCX_SYSV_HUGETLB_MODE=try, its default) then
 # puts the ranks' arenas on them; the run prints the arena's page size.
 # 4 ranks at the default shape take about 1100 (copy) or 2100 (swap).
-# Usage: [LAYERS=4] [ROUNDS=5] [WARMUP=1] [HUGEPAGES=N] bench/migrate_bandwidth.sh [BUILD_DIR] [extra eplb run options...]
+# Usage: [LAYERS=4] [ROUNDS=5] [WARMUP=1] [HUGEPAGES=N] bench/migrate_bandwidth.sh [BUILD_DIR]
+#          [extra eplb run options...]
 # Prints one row per round, then medians with min-max spread and the ratio
 # of the medians, and where the slowest rank's time went (sum over layers).
 set -euo pipefail

@@ -24,8 +24,9 @@ Goals (issue 14): Python within 10% of the CLI; eplb.empty >= 0.5 of memcpy.
 previous count back after it: UCX's System V allocation then puts eplb.empty tensors and the CLI's
 arenas on them (the run prints the page size of the eplb.empty tensors).
 
-Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--warmup 1] [--cli build/eplb] [--hugepages N]   (the eplb package
-installed, e.g. in .venv: .venv/bin/python bench/python_migrate.py). Wrap it in flock /work/.cpu.lock.
+Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--warmup 1] [--cli build/eplb] [--hugepages N]
+(the eplb package installed, e.g. in .venv: .venv/bin/python bench/python_migrate.py). Wrap it in
+flock /work/.cpu.lock.
 """
 import argparse
 import json
@@ -144,8 +145,11 @@ def cli_rounds(cli: str, rounds: int, warmup: int, commit: str) -> dict:
                         "--rounds", str(warmup + rounds), "--transport", "shm", "--commit", commit, "--json", report],
                        check=True, capture_output=True, timeout=600)
         data = json.loads(Path(report).read_text())
-    speeds = [r["bytes_moved"] / r["seconds"] / 1e9 for r in data["rounds"] if r["bytes_moved"] and r["seconds"] > 0]
-    return {"gbps": speeds[warmup:], "first": speeds[:warmup]}
+    def speeds(rounds):
+        return [r["bytes_moved"] / r["seconds"] / 1e9 for r in rounds if r["bytes_moved"] and r["seconds"] > 0]
+
+    # The warm-up rounds are the first ones run, whether or not they moved anything.
+    return {"gbps": speeds(data["rounds"][warmup:]), "first": speeds(data["rounds"][:warmup])}
 
 
 def memcpy_rounds(nbytes: int, rounds: int) -> list:

@@ -43,4 +43,4 @@ for mode in copy swap; do
     > "$work/$mode.log" 2>&1 || { cat "$work/$mode.log"; exit 1; }
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 "$root/bench/async_stall_table.py" "$work/sync.json" "$work/copy.json" "$work/swap.json"
+python3 "$root/bench/async_stall_table.py" "$work/sync.json" "$work/copy.json" "$work/swap.json"

@@ -16,8 +16,8 @@
 # Usage: bench/deepseek.sh [--scale] [BUILD_DIR]     (default: build/)
 #   --scale   instead: the scale table of deepseek_bench --scale
 # Env: EPLB_BENCH_REPETITIONS (7), EPLB_PYTHON_REPEAT (5 for torch, 3x that
-#      for numpy), EPLB_PYTHON (/usr/bin/python3, with python3-torch and
-#      python3-numpy; without them the peers are skipped with a message).
+#      for numpy), EPLB_PYTHON (.venv/bin/python, made by scripts/setup_python.sh;
+#      without torch and numpy the peers are skipped with a message).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 scale=0
@@ -25,7 +25,7 @@ if [[ "${1:-}" == "--scale" ]]; then scale=1; shift; fi
 build="${1:-$root/build}"
 repetitions="${EPLB_BENCH_REPETITIONS:-7}"
 python_repeat="${EPLB_PYTHON_REPEAT:-5}"
-python="${EPLB_PYTHON:-/usr/bin/python3}"
+python="${EPLB_PYTHON:-$root/.venv/bin/python}"
 
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   generator=()
@@ -43,7 +43,7 @@ have_peers=1
 if ! "$python" -c 'import torch, numpy' >/dev/null 2>&1; then
   have_peers=0
   echo "note: Python peers skipped: $python cannot import torch and numpy" \
-       "(apt-get install python3-torch python3-numpy to measure them)" >&2
+       "(bash scripts/setup_python.sh makes .venv with both)" >&2
 fi
 
 # case index, name, replicas, groups, nodes, ranks

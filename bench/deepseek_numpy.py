@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A numpy port of DeepSeek's EPLB algorithm in the style of vLLM's
 DefaultEplbPolicy (vllm/distributed/eplb/policy/default.py): the same steps
 as bench/deepseek_reference.py, on numpy arrays instead of torch tensors,
@@ -16,7 +16,7 @@ reference except on near-ties of pack loads (docs/policies.md).
       prints "median min max" wall seconds of K runs
   deepseek_numpy.py place LOAD ... [--out FILE]
       prints (or writes) {"phy2log", "logcnt"} as JSON
-LOAD: .npy ([L][E]) or .json (an array of arrays). Run with /usr/bin/python3.
+LOAD: .npy ([L][E]) or .json (an array of arrays). Run with .venv/bin/python.
 """
 import argparse
 import contextlib

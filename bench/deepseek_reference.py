@@ -1,11 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """eplb's own PyTorch port of DeepSeek's published EPLB algorithm
 (rebalance_experts in deepseek-ai/EPLB), kept structurally the same as the
 published code (same tensor operations, same Python loops) so that its speed
 is a fair peer for eplb's C++ `deepseek` policy, and its output an
 independent check of eplb's exactness.
 
-Run with Debian's /usr/bin/python3 (python3-torch, python3-numpy).
+Run with the project's .venv/bin/python (scripts/setup_python.sh: torch, numpy).
 
 Ties. The published code sorts with torch's default (unstable) sort, so the
 order of equal weights, and with it the output, depends on torch's sort

@@ -24,7 +24,7 @@ Goals (issue 14): Python within 10% of the CLI; eplb.empty >= 0.5 of memcpy.
 previous count back after it: UCX's System V allocation then puts eplb.empty tensors and the CLI's
 arenas on them (the run prints the page size of the eplb.empty tensors).
 
-Usage: /usr/bin/python3 bench/python_migrate.py [--rounds 5] [--warmup 1] [--cli build/eplb] [--hugepages N]
+Usage: .venv/bin/python bench/python_migrate.py [--rounds 5] [--warmup 1] [--cli build/eplb] [--hugepages N]
 (the eplb package installed, e.g. in .venv: .venv/bin/python bench/python_migrate.py). Wrap it in
 flock /work/.cpu.lock.
 """

@@ -67,10 +67,16 @@ case "$mode" in
     # The extension is built in the C++ suite's sanitizer tree (build-asan or
     # build-tsan, configured alike by tree_args), so the libraries it links
     # are compiled once for both suites.
+    # The venv sees the project's environment (.venv: torch, numpy, pytest, ...)
+    # through a .pth file, after its own site-packages, so that its own
+    # (instrumented) eplb is the one imported.
     dir="$root/build-python-$kind"
-    if [[ ! -x "$dir/venv/bin/python" ]]; then /usr/bin/python3 -m venv --system-site-packages "$dir/venv"; fi
+    bash "$root/scripts/setup_python.sh"
+    if [[ ! -x "$dir/venv/bin/python" ]]; then /usr/bin/python3 -m venv "$dir/venv"; fi
+    site="$("$dir/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/eplb-project-venv.pth"
     EPLB_PYTHON_BUILD_DIR="$root/build-$kind" EPLB_CMAKE_ARGS="$(tree_args "$sanitizer")" \
-      "$dir/venv/bin/pip" install --quiet --no-build-isolation --no-index "$root"
+      "$dir/venv/bin/python" -m pip install --quiet --no-build-isolation --no-index --no-deps "$root"
     export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:${ASAN_OPTIONS:-}"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     export TSAN_OPTIONS="suppressions=$supp/tsan.supp:halt_on_error=1"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs every Debian package eplb needs to build, test, benchmark and fuzz.
-# Idempotent: packages already present are not reinstalled; `apt-get update`
-# runs first whenever something has to be installed.
+# Sets up everything eplb needs to build, test, benchmark and fuzz: every
+# Debian package, then the Python environment .venv from PyPI
+# (scripts/setup_python.sh, pinned by requirements.lock).
+# Idempotent: packages already present are not reinstalled (`apt-get update`
+# runs first whenever something has to be installed), and .venv is made
+# again only when requirements.lock changed.
 set -euo pipefail
 
 packages=(
@@ -12,9 +15,9 @@ packages=(
   libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev libfuzzer-14-dev
   valgrind iproute2 procps
-  # the Python package (docs/python.md): built by pip from Debian's interpreter, offline
-  python3-dev python3-venv python3-pip python3-setuptools python3-wheel pybind11-dev
-  python3-numpy python3-torch python3-pytest python3-matplotlib python3-prometheus-client
+  # the Python package's build (docs/python.md): Debian's interpreter and headers, pybind11;
+  # its packages (torch, vllm, nixl, sglang, numpy, ...) come from PyPI (scripts/setup_python.sh)
+  python3-dev python3-venv pybind11-dev
 )
 
 missing=()
@@ -33,3 +36,5 @@ if ((${#missing[@]})); then
 else
   echo "setup: all ${#packages[@]} packages present"
 fi
+
+bash "$(dirname "${BASH_SOURCE[0]}")/setup_python.sh"

@@ -1,6 +1,7 @@
 // Cross-check of the `deepseek` policy against a PyTorch port of the
-// published algorithm (bench/deepseek_reference.py), run by Debian's
-// /usr/bin/python3 with python3-torch. Skipped when torch is not installed.
+// published algorithm (bench/deepseek_reference.py), run by the project's
+// Python environment (.venv, scripts/setup_python.sh; EPLB_PYTHON overrides).
+// Fails when that interpreter cannot import torch: scripts/setup.sh makes it.
 // One Python process computes every case (one torch import, a few seconds).
 #include <gtest/gtest.h>
 
@@ -16,7 +17,7 @@ namespace {
 
 std::string python() {
   const char* custom = std::getenv("EPLB_PYTHON");
-  return custom ? custom : "/usr/bin/python3";
+  return custom ? custom : EPLB_SOURCE_DIR "/.venv/bin/python";
 }
 
 bool torch_available() {
@@ -39,7 +40,7 @@ nlohmann::json load_json(const LoadMatrix& load) {
 }
 
 TEST(DeepSeekTorch, MatchesThePyTorchPortExactly) {
-  if (!torch_available()) GTEST_SKIP() << python() << " cannot import torch (apt-get install python3-torch)";
+  ASSERT_TRUE(torch_available()) << python() << " cannot import torch (bash scripts/setup_python.sh makes .venv)";
 
   std::vector<Case> cases;
   std::mt19937_64 rng(2024);

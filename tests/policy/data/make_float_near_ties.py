@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes float_near_ties.json, the two float near-tie cases of
-tests/policy/deepseek_near_tie_test.cpp (run with Debian's /usr/bin/python3,
-python3-torch and python3-numpy, from the repository root):
+tests/policy/deepseek_near_tie_test.cpp (run with the project's .venv/bin/python,
+which has torch and numpy, from the repository root):
 
 rank_tie: layer 23 of the tie-free float load of issue 16
   (torch.manual_seed(1); x = torch.rand(58, 256); x ** 4 * 1000 + 0.001, in

@@ -1,6 +1,7 @@
 """Builds the Python package `eplb`: the extension eplb._eplb through CMake
 (only that target and the libraries it links: common, placement, policy,
-plan), and the pure-Python modules in python/eplb.
+plan, and for migration xfer (UCX), bootstrap and migrate), and the
+pure-Python modules in python/eplb.
 
 The CMake build directory is build-python/cmake inside the repository (or
 $EPLB_PYTHON_BUILD_DIR), kept between installs so a re-install only

@@ -194,16 +194,7 @@ RankMemory rank_memory(const StoreLayout& layout, bool spare_buffers = false);
 // Per rank, beyond the store: the process, UCX's FIFOs and bounce buffers.
 inline constexpr uint64_t kRankOverheadBytes = uint64_t{64} << 20;
 
-// What this machine can give: MemAvailable (/proc/meminfo) and the free
-// space of `shm_dir` (statvfs); 0 when unknown. The test hooks
-// EPLB_TEST_MEMAVAILABLE and EPLB_TEST_SHM_FREE (byte sizes, "2GiB")
-// replace the real values.
-struct MachineMemory {
-  uint64_t available_bytes = 0;
-  uint64_t shm_free_bytes = 0;
-  std::string source;  // where the numbers came from, for the error
-};
-Result<MachineMemory> read_machine_memory(const std::string& shm_dir = "/dev/shm");
+// (MachineMemory and read_machine_memory: eplb/common.h.)
 // InvalidArgument naming every size and the limit when `local_ranks` ranks
 // would allocate more than 90% of MemAvailable, or (arena in shared memory)
 // their arenas exceed the free space of /dev/shm. Pure arithmetic.

@@ -8,6 +8,10 @@
 // process-wide pool, started on first use and reused by every later call;
 // a call made while the pool runs another job (or from inside fn) runs
 // inline on the caller. Nothing here allocates per item.
+// Memory admission: read_machine_memory says what this machine can give,
+// admit_allocation whether one more allocation fits (the one rule, used by
+// the transfer agent's allocations, the expert store's staging and the
+// Python package's spare buffers; `eplb run` sums its ranks on top of it).
 #pragma once
 
 #include <chrono>
@@ -15,6 +19,9 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
+
+#include "eplb/status.h"
 
 namespace eplb {
 
@@ -58,5 +65,26 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn);
 // The same, also passing the index (0 .. threads - 1) of the thread running
 // the item, for per-thread scratch. Which thread runs which item varies.
 void parallel_for(size_t n, int threads, const std::function<void(size_t, int)>& fn);
+
+// ------------------------------------------------------ memory admission ---
+
+// What this machine can give: MemAvailable (/proc/meminfo) and the free
+// space of `shm_dir` (statvfs); 0 when unknown. The test hooks
+// EPLB_TEST_MEMAVAILABLE and EPLB_TEST_SHM_FREE (byte sizes, "2GiB")
+// replace the real values, so tests simulate limits without allocating.
+struct MachineMemory {
+  uint64_t available_bytes = 0;
+  uint64_t shm_free_bytes = 0;
+  std::string source;  // where the numbers came from, for the error
+};
+Result<MachineMemory> read_machine_memory(const std::string& shm_dir = "/dev/shm");
+// The share of what is free that an allocation may take, in tenths (9: 90%).
+inline constexpr uint64_t kAdmissionPercent = 9;
+// Ok when `bytes` fit: at most 90% of MemAvailable and, for shared memory
+// (tmpfs is RAM), at most 90% of /dev/shm's free space too; 0 (unknown)
+// admits. InvalidArgument naming `what`, the size and the limit otherwise.
+Status admit_bytes(uint64_t bytes, bool shared_memory, std::string_view what, const MachineMemory& machine);
+// admit_bytes against the machine as it is now.
+Status admit_allocation(uint64_t bytes, bool shared_memory, std::string_view what);
 
 }  // namespace eplb

@@ -145,7 +145,6 @@ class ExpertStore {
   const StoreLayout& layout() const { return layout_; }
   int first_slot() const { return first_slot_; }
   int slots_per_rank() const { return layout_.slots_per_rank; }
-  bool owns_slot(int slot) const { return slot >= first_slot_ && slot < first_slot_ + slots_per_rank(); }
 
   // Live row of (layer, local slot, tensor), and its length.
   uint8_t* row(int layer, int local_slot, int tensor) const;
@@ -185,8 +184,6 @@ class ExpertStore {
   // The memory to register with the xfer Agent (live memory + staging),
   // without an arena or adopted tensors the agent allocated (registered already).
   std::vector<xfer::MemoryRegion> regions() const;
-  // True when the arena was allocated (and registered) by the agent.
-  bool arena_from_agent() const { return agent_region_ != 0; }
   // The page size this process maps the arena with: 4 KiB, or 2 MiB when it
   // came from reserved huge pages (UCX's System V allocation takes them when
   // vm.nr_hugepages has enough free). 0 for adopted memory or when unknown.
@@ -281,6 +278,9 @@ struct RoundReport {
   std::vector<LayerReport> layers;
   double seconds = 0;
   Status status;  // ok, or why the round stopped
+  // The round failed on this rank only, after its last vote (a stop
+  // requested then): the other ranks completed it.
+  bool stopped_alone = false;
   // Bytes of committed layers only (a failed layer's bytes were dropped).
   uint64_t bytes_moved() const;  // local + intra + inter
   uint64_t bytes_local() const;
@@ -308,6 +308,13 @@ class Migrator {
   // `lead_steps` (>= 1) is D in the commit step C = max_r S_r + D.
   Result<std::unique_ptr<class AsyncMigration>> start(Placement& current, const Placement& target,
                                                       int lead_steps = 2);
+
+  // Thread-safe: this rank stops the running round at its next vote (every
+  // rank then stops there, naming this rank and `why`); after the round's
+  // last vote, the round still fails on this rank with `why`. For a
+  // per-layer callback that failed (on_layer_done runs on the round's
+  // thread). Cleared when the next round starts.
+  void stop_at_next_vote(Status why);
 
   // The number of logical experts the placements of the next migrate()
   // calls have (the store and the memory maps do not depend on it; an

@@ -12,6 +12,12 @@ Contract:
 - A failure of the round raises, from the next `poll()` or `commit_ready()`, the sync path's typed
   exception (eplb.MigrationError, eplb.TimeoutError, eplb.PeerLostError) with `committed_layers`;
   committed layers stay new and the others old on every rank.
+- A layer the ranks voted to commit is committed by every rank: a serving loop that stalls past the
+  deadline after the vote still commits it, at its first commit_ready() from the agreed step on, or
+  at close() (its round stops with eplb.TimeoutError, and the others' with the error naming it).
+  After close() every rank holds the same layers new.
+- A round still running when the interpreter exits (no close(), an uncaught KeyboardInterrupt) is
+  closed at exit like close(): aborted, drained, its thread joined.
 - `h.abort()` asks the round to stop at its next vote (every rank stops there); keep calling
   `commit_ready()` until `h.done`. A round this rank aborted ends without raising (`h.aborted`).
 - `h.report()` once done: the report dict of Migrator.migrate (its "verified" is None: no
@@ -23,13 +29,27 @@ Contract:
 """
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 
 from eplb.errors import Error, MigrationError
 
 __all__ = ["AsyncMigration"]
 
 DRAIN_SECONDS_PER_TIMEOUT = 3.0  # close(): how long draining may take, in Migrator timeouts
+# Rounds not yet finished: closed at interpreter exit (a script that exits, or a KeyboardInterrupt,
+# without close() must not leave the engine's thread running into the interpreter's teardown).
+_live: "weakref.WeakSet[AsyncMigration]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_rounds() -> None:
+    for handle in list(_live):
+        try:
+            handle.close()
+        except Exception:  # noqa: BLE001  (at exit, the round's failure has nobody to go to)
+            pass
 
 
 class AsyncMigration:
@@ -44,6 +64,7 @@ class AsyncMigration:
         self._failure: MigrationError | None = None
         self._stopped_by_abort = False
         self._report = None
+        _live.add(self)
 
     @property
     def step(self) -> int:
@@ -63,6 +84,7 @@ class AsyncMigration:
     @property
     def done(self) -> bool:
         """The round has ended: every layer committed, or failed, or aborted."""
+        self._finish_if_ended()
         return self._report is not None or self._native.done()
 
     @property
@@ -80,6 +102,7 @@ class AsyncMigration:
             return
         code, message = self._native.poll()
         self._raise_unless_ok(code, message)
+        self._finish_if_ended()
 
     def commit_ready(self, max_layers: int = 1) -> list[int]:
         """Call once per serving step, before the step: commits the layers due at this step.
@@ -107,6 +130,9 @@ class AsyncMigration:
         self._migrator._observe_stall(time.perf_counter() - started)
         self._committed.extend(layers)
         self._raise_unless_ok(code, message)
+        self._finish_if_ended()
+        if self._failure is not None:
+            raise self._failure
         return list(layers)
 
     def abort(self) -> None:
@@ -149,6 +175,12 @@ class AsyncMigration:
         if native is not None and getattr(self, "_report", None) is None:
             native.close()
 
+    def _finish_if_ended(self) -> None:
+        """Once the engine's thread has ended (and no voted commit waits for a step): join it now and
+        count the round (eplb.metrics), whether or not report() is ever called."""
+        if self._report is None and self._native.done() and not self._native.ready():
+            self._finish()
+
     def _raise_unless_ok(self, code: str, message: str) -> None:
         if code == "ok":
             return
@@ -160,13 +192,17 @@ class AsyncMigration:
         """Joins the engine's thread and turns its report into the report dict or the typed error."""
         if self._report is not None:
             return
-        code, message, layer_reports, seconds, retries = self._native.close()
+        code, message, layer_reports, seconds, retries, _, callback_error = self._native.close()
+        _live.discard(self)
         self._migrator._async = None
         self._migrator._observe_round(layer_reports)
         self._report = self._make_report(layer_reports, seconds, retries)
+        # A layer owed by a late serving thread commits when the handle closes: the report says so.
+        self._committed = [item["layer"] for item in layer_reports if item["committed"]]
         if code == "ok":
             return
-        if self._abort_requested and code == "aborted":
+        if self._abort_requested and code == "aborted" and callback_error is None:
             self._stopped_by_abort = True
             return
         self._failure = self._make_error(code, message, layer_reports, seconds)
+        self._failure.__cause__ = callback_error

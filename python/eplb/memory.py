@@ -2,7 +2,9 @@
 
 Contract: one transfer agent per process and transport (created on first use, named after the
 host and process) allocates the memory (UCX: shared-memory segments that same-host peers read
-directly, the zero-copy path). The tensor is a view of that memory; the memory and the agent live
+directly, the zero-copy path). An allocation is admitted first, as `eplb run` admits its ranks: at
+most 90% of MemAvailable and of /dev/shm's free space (eplb.Error otherwise, before anything is
+allocated). The tensor is a view of that memory; the memory and the agent live
 as long as any tensor over it. eplb.Migrator adopts such tensors without registering them again
 and uses their agent. Contents are uninitialized, as with torch.empty.
 """
@@ -18,6 +20,9 @@ from eplb.errors import Error
 __all__ = ["empty", "empty_like"]
 
 TRANSPORTS = {"auto": "", "shm": "posix,sysv,cma,self", "tcp": "tcp,self"}
+# The largest allocation eplb.empty accepts (2**48 B = 256 TiB); below it, memory admission (the
+# machine's MemAvailable and /dev/shm free space, as `eplb run` checks them) decides.
+MAX_BYTES = 1 << 48
 _agents: dict[str, _eplb.Agent] = {}
 
 
@@ -35,7 +40,7 @@ def transfer_agent(transport: str = "auto", fault_spec: str = "") -> "_eplb.Agen
 
 
 def agent_of(tensor):
-    """The agent whose memory holds `tensor`, or None."""
+    """(transport, agent) of the agent whose memory holds `tensor`, or None."""
     for transport, agent in _agents.items():
         if agent.owns(tensor.data_ptr(), max(tensor.numel() * tensor.element_size(), 1)):
             return transport, agent
@@ -55,6 +60,9 @@ def empty(shape, dtype=None, *, transport: str = "auto"):
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if nbytes == 0:
         raise Error(f"eplb.empty: shape {shape} holds no bytes; transfer memory must be non-empty")
+    if nbytes > MAX_BYTES:
+        raise Error(f"eplb.empty: shape {shape} of {dtype} is {nbytes} bytes, more than the {MAX_BYTES} an "
+                    "allocation may have")
     buffer = transfer_agent(transport).allocate(nbytes)
     return torch.from_numpy(buffer).view(dtype).reshape(shape)
 

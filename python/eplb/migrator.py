@@ -44,6 +44,7 @@ from eplb.memory import TRANSPORTS, agent_of, transfer_agent
 
 __all__ = ["Migrator"]
 
+MAX_TIMEOUT_SECONDS = 86400  # the CLI's cap: no deadline is "never"
 PATH_AGENT = "agent memory (zero-copy)"
 PATH_HEAP = "heap memory (registered in place)"
 COMMIT_MODES = ("copy", "swap")
@@ -133,12 +134,16 @@ class Migrator:
         if not self._reuse_checksums:
             self._native.forget_checksums([])
         try:
-            code, message, layer_reports, seconds, retries = self._native.migrate(old, new, experts)
-        finally:  # also when on_layer raised: the layers committed before it are swapped
+            code, message, layer_reports, seconds, retries, alone, callback_error = self._native.migrate(
+                old, new, experts)
+        finally:
             self._repoint_swapped()
         self._observe_round(layer_reports)
         if code != "ok":
-            raise self._round_error(code, message, layer_reports, seconds)
+            error = self._round_error(code, message, layer_reports, seconds)
+            if alone and self._verify:  # the others completed the round and wait in the agreement: tell them
+                self._native.agree(new, experts, seconds, message)
+            raise error from callback_error
         report = self._round_report(layer_reports, seconds, retries)
         if self._verify:
             agreed, failure, slowest = self._native.agree(new, experts, seconds, "")
@@ -155,7 +160,7 @@ class Migrator:
         Only needed with reuse_checksums=True: the checksums eplb remembers for those rows are
         dropped, and the next round hashes them again. Not while a round started by start() runs.
         """
-        if self._async is not None and not self._async.done():
+        if self._async is not None and not self._async.done:
             raise Error("weights_rewritten: an async round is running; call it after the round is done",
                         "not allowed")
         chosen = [] if layers is None else [int(layer) for layer in layers]
@@ -274,8 +279,9 @@ def _check_options(num_nodes, transport, timeout, retries) -> None:
         raise Error(f"num_nodes must be an int >= 1, got {num_nodes!r}")
     if transport not in TRANSPORTS:
         raise Error(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    if not timeout > 0:
-        raise Error(f"timeout must be > 0 seconds, got {timeout!r}")
+    if not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        raise Error(f"timeout must be in (0, {MAX_TIMEOUT_SECONDS}] seconds (a day, as the CLI's --timeout), "
+                    f"got {timeout!r}")
     if not isinstance(retries, int) or retries < 0:
         raise Error(f"retries must be an int >= 0, got {retries!r}")
 
@@ -358,6 +364,12 @@ def _swap_buffers(weights, paths):
 
     from eplb.memory import empty_like
 
+    heap_bytes = sum(t.numel() * t.element_size() for layer, path in zip(weights, paths) if path != PATH_AGENT
+                     for t in layer)
+    try:  # eplb.empty_like spares are admitted by their agent; torch.empty_like ones here, all together
+        _eplb.admit_memory(heap_bytes, False, "Migrator(commit='swap'): the spare buffers")
+    except Error as failure:
+        return None, str(failure)
     buffers = []
     for l, (layer, path) in enumerate(zip(weights, paths)):
         for t, tensor in enumerate(layer):

@@ -95,6 +95,14 @@ void bind_agent(py::module_& module) {
             return handle.owns(reinterpret_cast<void*>(address), length);
           },
           py::arg("address"), py::arg("nbytes"));
+  // The one memory admission rule (eplb/common.h) for what Python allocates
+  // outside the agent (heap spare buffers of the swap commit).
+  module.def(
+      "admit_memory",
+      [](uint64_t nbytes, bool shared_memory, const std::string& what) {
+        throw_if_error(admit_allocation(nbytes, shared_memory, what));
+      },
+      py::arg("nbytes"), py::arg("shared_memory"), py::arg("what"));
 }
 
 }  // namespace eplb::python

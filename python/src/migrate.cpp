@@ -51,11 +51,13 @@ py::dict layer_dict(const LayerReport& layer) {
   return item;
 }
 
-py::tuple report_tuple(const RoundReport& report) {
+// (code, message, layers, seconds, retries, stopped_alone, the on_layer
+// callback's exception or None).
+py::tuple report_tuple(const RoundReport& report, py::object callback_error) {
   py::list layers;
   for (const auto& layer : report.layers) layers.append(layer_dict(layer));
   return py::make_tuple(std::string(code_name(report.status.code())), report.status.message(), layers,
-                        report.seconds, report.retries());
+                        report.seconds, report.retries(), report.stopped_alone, std::move(callback_error));
 }
 
 class AsyncRound;
@@ -112,8 +114,7 @@ class Migration {
       py::gil_scoped_release release;
       report = migrator_->migrate(current, target);
     }
-    rethrow_callback_failure();
-    return report_tuple(report);
+    return report_tuple(report, take_callback_failure());
   }
 
   // Drops the remembered checksums of `layers` (every layer when empty): the
@@ -176,20 +177,29 @@ class Migration {
         ExpertStore::adopt(layout, group_->rank() * slots_per_rank, std::move(memory), std::move(spare)));
   }
 
+  // A callback that raises stops the round at this rank's next vote (every
+  // rank stops there, naming it); its exception is handed to Python with
+  // the round's report.
   void call_on_layer(const LayerReport& layer) {
     if (on_layer_.is_none()) return;
     py::gil_scoped_acquire gil;
     try {
       on_layer_(layer_dict(layer));
     } catch (py::error_already_set& failure) {
-      if (!callback_failure_) callback_failure_.emplace(std::move(failure));
+      if (callback_failure_) return;
+      const std::string what = py::str(failure.value()).cast<std::string>();
+      const std::string type = py::str(failure.type().attr("__name__")).cast<std::string>();
+      migrator_->stop_at_next_vote(error(Code::Aborted, "rank " + std::to_string(group_->rank()) +
+                                                            "'s on_layer callback raised " + type + ": " + what +
+                                                            " (after layer " + std::to_string(layer.layer) + ")"));
+      callback_failure_.emplace(std::move(failure));
     }
   }
-  void rethrow_callback_failure() {
-    if (!callback_failure_) return;
-    py::error_already_set failure = std::move(*callback_failure_);
+  py::object take_callback_failure() {
+    if (!callback_failure_) return py::none();
+    py::object value = callback_failure_->value();
     callback_failure_.reset();
-    throw failure;
+    return value;
   }
 
   std::shared_ptr<ProcessGroup> group_;
@@ -224,7 +234,6 @@ class AsyncRound {
       py::gil_scoped_release release;
       return live().commit_ready(step, max_layers);
     }();
-    migration_.rethrow_callback_failure();
     if (!committed) return py::make_tuple(std::string(code_name(committed.status().code())),
                                           committed.status().message(), py::list());
     return py::make_tuple(std::string("ok"), std::string(), py::cast(*committed));
@@ -235,7 +244,7 @@ class AsyncRound {
   void abort() { live().abort(); }
   // Joins the progress thread and returns the report as Migration::migrate
   // does. Complete once done(); before that the round is closed (its
-  // pending commit refused, so the caller drains it first: eplb/async.py).
+  // pending commit refused, so the caller drains it first: eplb/async_migration.py).
   py::tuple close() {
     if (round_) {
       std::unique_ptr<AsyncMigration> round = std::move(round_);
@@ -244,7 +253,7 @@ class AsyncRound {
       round.reset();
       use_.reset();
     }
-    return report_tuple(report_);
+    return report_tuple(report_, migration_.take_callback_failure());
   }
 
  private:

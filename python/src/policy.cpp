@@ -127,7 +127,6 @@ std::optional<Topology> in_place_topology(const py::array& weight, const PlaceAr
   return topology;
 }
 
-// Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
 // The weight as a trace: C-order float32 converts straight into it, any
 // other array through a float64 array first.
 LoadTrace trace_of_weight(const py::array& weight) {
@@ -136,6 +135,7 @@ LoadTrace trace_of_weight(const py::array& weight) {
   return trace_from_array(weight.cast<DoubleArray>(), "weight");
 }
 
+// Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
 py::tuple place(const py::array& weight, const PlaceArguments& arguments, const std::optional<IndexArray>& current) {
   if (std::optional<Topology> topology = in_place_topology(weight, arguments))
     return place_deepseek_in_place(weight.cast<InPlaceLoads>(), *topology, arguments.options.threads);

@@ -342,8 +342,9 @@ def swap_rounds(rank: int, world: int) -> dict:
     except eplb.MigrationError as failure:
         outcome["fault"] = {"error": str(failure), "committed": failure.committed_layers,
                             "wrong": mismatches(weights, placements[0], rank)}
-    # An on_layer callback that raises: the round still commits every layer (the callback's error is
-    # raised after it), and the engine's tensors must show the new rows all the same.
+    # An on_layer callback that raises (on every rank, after layer 0): the round stops at the next vote
+    # with a MigrationError caused by it; layer 0 is new, and the engine's tensors must show its new
+    # rows (the swap re-points them) and the old rows of the other layers.
     weights = make_weights(layers, slots, "plain")
     fill(weights, placements[0], rank)
 
@@ -354,8 +355,11 @@ def swap_rounds(rank: int, world: int) -> dict:
     try:
         migrator.migrate(placements[0], placements[1])
         outcome["callback"] = {"error": None}
-    except KeyError as failure:
-        outcome["callback"] = {"error": str(failure), "wrong": mismatches(weights, placements[1], rank)}
+    except eplb.MigrationError as failure:
+        committed = failure.committed_layers
+        in_force = np.where(np.isin(np.arange(layers), committed)[:, None], placements[1], placements[0])
+        outcome["callback"] = {"error": str(failure), "cause": repr(failure.__cause__), "committed": committed,
+                               "wrong": mismatches(weights, in_force, rank)}
     big = torch.empty((layers, slots, 8), dtype=torch.float32)
     try:
         eplb.Migrator([[big[l]] for l in range(layers)], timeout=20, commit="swap")

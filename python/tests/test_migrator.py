@@ -70,6 +70,7 @@ def test_swap_commit_moves_the_engines_own_tensor_objects_to_the_new_rows(reques
         assert "view of part of a larger tensor" in swap["view"] and "commit='copy'" in swap["view"]
         callback = swap["callback"]
         assert "engine callback failed at layer 0" in callback["error"] and callback["wrong"] == [], callback
+        assert callback["committed"] == [0] and callback["cause"].startswith("KeyError("), callback
 
 
 def test_no_change_moves_nothing(two_ranks):

@@ -1,11 +1,6 @@
 // memory_admission.cpp - what the ranks of `eplb run` on this machine will
 // allocate, and whether this machine can hold it (include/eplb/app.h).
 #include <fmt/format.h>
-#include <sys/statvfs.h>
-
-#include <cstdlib>
-#include <fstream>
-#include <optional>
 #include <string>
 
 #include "common/text.h"
@@ -16,28 +11,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 uint64_t round_up(uint64_t value, uint64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-// MemAvailable of /proc/meminfo in bytes; 0 when the kernel does not say.
-uint64_t meminfo_available() {
-  std::ifstream file("/proc/meminfo");
-  std::string key, unit;
-  uint64_t kibibytes = 0;
-  while (file >> key >> kibibytes) {
-    std::getline(file, unit);
-    if (key == "MemAvailable:") return kibibytes * 1024;
-  }
-  return 0;
-}
-
-// A test hook's byte size (EPLB_TEST_MEMAVAILABLE, EPLB_TEST_SHM_FREE), or
-// nullopt when unset.
-Result<std::optional<uint64_t>> test_override(const char* variable) {
-  const char* text = std::getenv(variable);
-  if (!text) return std::optional<uint64_t>();
-  auto bytes = parse_byte_size(text);
-  if (!bytes) return bytes.status().with_context(variable);
-  return std::optional<uint64_t>(*bytes);
-}
 
 }  // namespace
 
@@ -51,19 +24,6 @@ RankMemory rank_memory(const StoreLayout& layout, bool spare_buffers) {
   memory.staging_bytes = round_up(std::max<uint64_t>(layout.max_layer_bytes(), 1), kPage);
   if (spare_buffers) memory.spare_bytes = memory.arena_bytes;
   return memory;
-}
-
-Result<MachineMemory> read_machine_memory(const std::string& shm_dir) {
-  MachineMemory machine;
-  machine.available_bytes = meminfo_available();
-  struct statvfs shm;
-  if (::statvfs(shm_dir.c_str(), &shm) == 0) machine.shm_free_bytes = uint64_t(shm.f_bavail) * shm.f_frsize;
-  EPLB_ASSIGN_OR_RETURN(auto fake_available, test_override("EPLB_TEST_MEMAVAILABLE"));
-  EPLB_ASSIGN_OR_RETURN(auto fake_shm_free, test_override("EPLB_TEST_SHM_FREE"));
-  if (fake_available) machine.available_bytes = *fake_available;
-  if (fake_shm_free) machine.shm_free_bytes = *fake_shm_free;
-  machine.source = fake_available || fake_shm_free ? "EPLB_TEST_MEMAVAILABLE/EPLB_TEST_SHM_FREE" : "/proc/meminfo, " + shm_dir;
-  return machine;
 }
 
 Status admit_memory(const RankMemory& per_rank, int local_ranks, bool arena_in_shared_memory,

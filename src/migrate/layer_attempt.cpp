@@ -14,6 +14,7 @@ namespace eplb::migrate {
 namespace {
 
 constexpr std::string_view kSumMagic = "EPLBSUMS";
+constexpr uint32_t kSumVersion = 2;
 
 // A local copy whose source slot keeps its expert through the commit can be
 // done at commit time, straight from live row to live row (one copy instead
@@ -231,6 +232,12 @@ Status verify_reads(const AttemptContext& context, const LandedSums& landed) {
     if (found == index.end())
       return error(Code::Internal, fmt::format("{}: no published checksum for slot {} of rank {}", where(context),
                                                op.source_slot, op.source_rank));
+    const int32_t published_expert = context.published.experts[op.source_rank][found->second];
+    if (published_expert != op.expert)
+      return error(Code::Mismatch, fmt::format("{}: rank {} published expert {} for its slot {}, but this rank reads "
+                                               "expert {} from it into slot {}",
+                                               where(context), op.source_rank, published_expert, op.source_slot,
+                                               op.expert, op.slot));
     for (int t = 0; t < tensors; ++t) {
       const uint64_t expected = context.published.sums[op.source_rank][found->second * size_t(tensors) + size_t(t)];
       const uint8_t* row = landing_row(context, op.slot - first, t);
@@ -293,32 +300,38 @@ void commit_layer(bool swap, ExpertStore& store, const RankLayerPlan& rank_plan,
   }
 }
 
-std::string encode_sums(const std::vector<uint64_t>& sums, int live_buffer) {
+std::string encode_sums(const SourceSums& sums) {
   bytes::Writer writer;
   writer.raw(kSumMagic);
-  writer.u32(uint32_t(live_buffer));
-  writer.u64(sums.size());
-  for (uint64_t sum : sums) writer.u64(sum);
+  writer.u32(kSumVersion);
+  writer.u32(uint32_t(sums.live));
+  writer.u64(sums.experts.size());
+  for (int32_t expert : sums.experts) writer.i32(expert);
+  writer.u64(sums.sums.size());
+  for (uint64_t sum : sums.sums) writer.u64(sum);
   return writer.take();
 }
 
-Result<std::pair<std::vector<uint64_t>, int>> decode_sums(std::string_view message, size_t expected_count, int rank,
-                                                          int layer, bool has_spare) {
+Result<SourceSums> decode_sums(std::string_view message, size_t slots, size_t tensors, int rank, int layer,
+                               bool has_spare) {
   bytes::Reader reader(message);
-  const bool magic = reader.expect(kSumMagic);
+  SourceSums decoded;
+  const bool header = reader.expect(kSumMagic) && reader.u32() == kSumVersion;
   const uint32_t live = reader.u32();
-  const bool ok = magic && reader.u64() == expected_count && reader.ok() &&
-                  reader.remaining() == expected_count * sizeof(uint64_t);
+  bool ok = header && reader.u64() == slots && reader.ok() && reader.remaining() >= slots * sizeof(int32_t);
+  for (size_t i = 0; ok && i < slots; ++i) decoded.experts.push_back(reader.i32());
+  ok = ok && reader.u64() == slots * tensors && reader.remaining() == slots * tensors * sizeof(uint64_t);
   if (!ok)
     return error(Code::Mismatch, fmt::format("layer {}: checksum message from rank {} ({} bytes) does not hold the "
-                                             "expected {} checksums",
-                                             layer, rank, message.size(), expected_count));
+                                             "expected {} experts and {} checksums",
+                                             layer, rank, message.size(), slots, slots * tensors));
   if (live > 1 || (live == 1 && !has_spare))
     return error(Code::Mismatch, fmt::format("layer {}: rank {} says its buffer {} is live, but its memory map has {}",
                                              layer, rank, live, has_spare ? "two buffers" : "no spare buffer"));
-  std::vector<uint64_t> sums(expected_count);
-  for (auto& sum : sums) sum = reader.u64();
-  return std::make_pair(std::move(sums), int(live));
+  decoded.live = int(live);
+  decoded.sums.resize(slots * tensors);
+  for (auto& sum : decoded.sums) sum = reader.u64();
+  return decoded;
 }
 
 }  // namespace eplb::migrate

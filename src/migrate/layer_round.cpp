@@ -59,17 +59,22 @@ bool moves_rows(const LayerPlan& plan) {
   return plan.stats.slots_local_copy + plan.stats.slots_read_intra_node + plan.stats.slots_read_inter_node > 0;
 }
 
-// This rank's publication for one layer: the checksum of every row a peer
-// reads from it (remembered by the store when known, computed otherwise)
-// and which of its buffers is live.
-std::string my_checksums(Migrator::State& state, const LayerPlan& plan) {
+// This rank's publication for one layer: for every slot a peer reads from
+// it, the expert the slot holds in `current` and the checksum of its rows
+// (remembered by the store when known, computed otherwise); and which of
+// its buffers is live.
+std::string my_checksums(Migrator::State& state, const LayerPlan& plan, const Placement& current) {
   const int layer = plan.layer, tensors = state.tensors(layer);
   ExpertStore& store = *state.store;
-  std::vector<uint64_t> mine;
-  mine.reserve(plan.slots_read_from[state.me()].size() * size_t(tensors));
-  for (int slot : plan.slots_read_from[state.me()])
-    for (int t = 0; t < tensors; ++t) mine.push_back(store.known_checksum(layer, slot - store.first_slot(), t));
-  return encode_sums(mine, store.live_buffer(layer));
+  SourceSums mine;
+  mine.sums.reserve(plan.slots_read_from[state.me()].size() * size_t(tensors));
+  const auto holds = current.layer_phy2log(layer);
+  for (int slot : plan.slots_read_from[state.me()]) {
+    mine.experts.push_back(holds[size_t(slot)]);
+    for (int t = 0; t < tensors; ++t) mine.sums.push_back(store.known_checksum(layer, slot - store.first_slot(), t));
+  }
+  mine.live = store.live_buffer(layer);
+  return encode_sums(mine);
 }
 
 // Every rank's publication for one layer, decoded and indexed by slot.
@@ -77,67 +82,73 @@ void decode_layer_sums(const Migrator::State& state, const LayerPlan& plan, cons
                        PublishedSums& published) {
   const int ranks = state.topology.num_ranks, tensors = state.tensors(plan.layer);
   published.sums.resize(size_t(ranks));
+  published.experts.resize(size_t(ranks));
   published.index.resize(size_t(ranks));
   published.live.assign(size_t(ranks), 0);
   for (int r = 0; r < ranks; ++r) {
     const auto& slots = plan.slots_read_from[r];
     for (size_t i = 0; i < slots.size(); ++i) published.index[r][slots[i]] = i;
-    auto decoded = decode_sums(parts[size_t(r)], slots.size() * size_t(tensors), r, plan.layer,
+    auto decoded = decode_sums(parts[size_t(r)], slots.size(), size_t(tensors), r, plan.layer,
                                !state.ranks[r].spare_tensors.empty());
-    if (decoded) std::tie(published.sums[r], published.live[r]) = std::move(decoded).value();
-    else if (published.status.is_ok()) published.status = decoded.status();
+    if (!decoded) {
+      if (published.status.is_ok()) published.status = decoded.status();
+      continue;
+    }
+    published.sums[r] = std::move(decoded->sums);
+    published.experts[r] = std::move(decoded->experts);
+    published.live[r] = decoded->live;
   }
 }
 
-// Splits each rank's round message into its per-layer parts (one blob per
-// changed layer, in layer order); a malformed message leaves that rank's
-// parts empty, which decode_sums then refuses (Mismatch naming the rank).
-std::vector<std::vector<std::string_view>> split_round_messages(const std::vector<std::string>& messages,
-                                                                size_t layers) {
-  std::vector<std::vector<std::string_view>> parts(layers, std::vector<std::string_view>(messages.size()));
+// The round's opening, decoded for every rank, and the check that every rank
+// holds the same old and new placement (a failure-only second collective
+// names the first rank, layer and slot that differ).
+Result<std::vector<RoundOpening>> open_round(Migrator::State& state, const std::vector<std::string>& messages,
+                                             const Placement& current, const Placement& target, Deadline deadline) {
+  std::vector<RoundOpening> openings;
   for (size_t r = 0; r < messages.size(); ++r) {
-    bytes::Reader reader(messages[r]);
-    std::vector<std::string_view> mine;
-    for (size_t k = 0; k < layers && reader.ok(); ++k) mine.push_back(reader.blob(messages[r].size()));
-    if (!reader.ok() || reader.remaining() != 0) continue;
-    for (size_t k = 0; k < layers; ++k) parts[k][r] = mine[k];
+    EPLB_ASSIGN_OR_RETURN(RoundOpening opening, decode_opening(messages[r], int(r), state.topology.num_layers));
+    openings.push_back(std::move(opening));
   }
-  return parts;
+  if (auto differ = first_disagreement(openings))
+    return with_progress(*state.agent, [&] {
+      return explain_disagreement(*state.group, differ->first, differ->second, current, target, deadline);
+    });
+  return openings;
 }
 
-// Sources publish the checksums of every changed layer of the round in ONE
-// allgather at its start (a round runs changed layers + 2 collectives: this
-// one, a vote per attempt, the after-round agreement). Valid because a
-// layer's rows and live buffer change only in its own commit, after every
-// rank's reads of it landed. Returns PublishedSums per layer ([layer]).
-std::vector<PublishedSums> round_checksums(Migrator::State& state, const MigrateOptions& options,
-                                           const std::vector<Result<LayerPlan>>& plans) {
+// The round's first collective, run by every rank: the placement digests,
+// and the checksums of every changed layer in ONE allgather (a round runs
+// changed layers + 2 collectives: this one, a vote per attempt, the
+// after-round agreement). Valid because a layer's rows and live buffer
+// change only in its own commit, after every rank's reads of it landed.
+// Returns PublishedSums per layer ([layer]), or why the round cannot start
+// (a lost rank, ranks disagreeing about the placements).
+Result<std::vector<PublishedSums>> round_checksums(Migrator::State& state, const MigrateOptions& options,
+                                                   const std::vector<Result<LayerPlan>>& plans,
+                                                   const Placement& current, const Placement& target) {
   std::vector<PublishedSums> published(plans.size());
   std::vector<const LayerPlan*> changed;
   double seconds = 0;
   for (const auto& planned : plans) {
     if (!planned) break;  // that layer stops the round: later layers never run
-    if (!moves_rows(*planned)) continue;
-    changed.push_back(&planned.value());
     seconds = std::max(seconds, layer_deadlines(state, options, *planned).collective_seconds);
+    if (moves_rows(*planned)) changed.push_back(&planned.value());
   }
-  if (changed.empty()) return published;
   Stopwatch phase;
-  bytes::Writer writer;
-  for (const LayerPlan* plan : changed) writer.blob(my_checksums(state, *plan));
-  const std::string message = writer.take();
-  auto gathered = with_progress(*state.agent, [&] {
-    return state.group->allgather(message, Deadline::after_seconds(seconds));
-  });
-  PublishedSums& first = published[size_t(changed.front()->layer)];
-  first.seconds = phase.seconds();
-  if (!gathered) {
-    first.lost = gathered.status();
-    return published;
+  std::vector<std::string> blobs;
+  for (const LayerPlan* plan : changed) blobs.push_back(my_checksums(state, *plan, current));
+  const std::string message = encode_opening(current, target, blobs);
+  const Deadline deadline = Deadline::after_seconds(seconds > 0 ? seconds : 15.0);
+  auto gathered = with_progress(*state.agent, [&] { return state.group->allgather(message, deadline); });
+  if (!gathered) return gathered.status();
+  EPLB_ASSIGN_OR_RETURN(auto openings, open_round(state, *gathered, current, target, deadline));
+  if (!changed.empty()) published[size_t(changed.front()->layer)].seconds = phase.seconds();
+  for (size_t k = 0; k < changed.size(); ++k) {
+    std::vector<std::string_view> parts;
+    for (const auto& opening : openings) parts.push_back(k < opening.blobs.size() ? opening.blobs[k] : "");
+    decode_layer_sums(state, *changed[k], parts, published[size_t(changed[k]->layer)]);
   }
-  const auto parts = split_round_messages(gathered.value(), changed.size());
-  for (size_t k = 0; k < changed.size(); ++k)
-    decode_layer_sums(state, *changed[k], parts[k], published[size_t(changed[k]->layer)]);
   return published;
 }
 
@@ -162,8 +173,10 @@ class LayerRun {
   Status attempt(const LayerPlan& plan, const PublishedSums& published, Placement& current, const Placement& target,
                  int number, bool* committed);
   Status lost(const Status& failure, const std::string& during);
-  Result<bool> cast_vote(const Status& outcome, std::vector<std::string>* reasons);
+  Status stop_reason() const;
+  Result<Ballots> cast_vote(const Status& outcome, bool stop);
   Status commit(std::function<Status()> switch_layer, int64_t step);
+  std::function<Status()> switch_layer(const LayerPlan& plan, Placement& current, const Placement& target);
 
   Migrator::State& state_;
   const MigrateOptions& options_;
@@ -171,13 +184,13 @@ class LayerRun {
   const std::vector<int>& committed_;
   StepGate* const gate_;  // async rounds only
   int64_t commit_step_ = -1;
-  int abort_rank_ = -1;
   bool swap_ = false;  // this rank commits this layer by swapping buffers
   LayerReport report_;
   double transfer_seconds_ = 0;
   double collective_seconds_ = 0;
   std::string last_failure_;
   std::vector<std::optional<uint64_t>> staged_sums_;
+  std::shared_ptr<double> commit_seconds_ = std::make_shared<double>(0.0);
 };
 
 void LayerRun::record_plan(const LayerPlan& plan) {
@@ -203,22 +216,62 @@ Status LayerRun::lost(const Status& failure, const std::string& during) {
                             state_.me(), layer_, during, failure.message(), layer_, layer_list(committed_)));
 }
 
+// Why this rank stops the round at this vote: a stop request (a failed
+// per-layer callback), or an abort of the async round; Ok otherwise.
+Status LayerRun::stop_reason() const {
+  Status requested = state_.stop.reason();
+  if (!requested.is_ok()) return requested;
+  if (gate_ && gate_->abort_requested())
+    return error(Code::Aborted, fmt::format("rank {} asked to abort the round", state_.me()));
+  return Status::ok();
+}
+
 // The sync vote, or (async) the vote that also fixes the commit step.
-Result<bool> LayerRun::cast_vote(const Status& outcome, std::vector<std::string>* reasons) {
+Result<Ballots> LayerRun::cast_vote(const Status& outcome, bool stop) {
   const std::string my_reason = outcome.is_ok() ? std::string() : outcome.to_string();
-  return with_progress(*state_.agent, [&]() -> Result<bool> {
+  return with_progress(*state_.agent, [&]() -> Result<Ballots> {
     if (gate_)
-      return stepped_vote(*state_.group, *gate_, outcome.is_ok(), my_reason, collective_seconds_, reasons,
-                          &commit_step_, &abort_rank_);
-    return state_.group->vote(outcome.is_ok(), my_reason, Deadline::after_seconds(collective_seconds_), reasons);
+      return stepped_vote(*state_.group, *gate_, outcome.is_ok(), stop, my_reason, collective_seconds_, &commit_step_);
+    return exchange_votes(*state_.group, outcome.is_ok(), stop, my_reason, Deadline::after_seconds(collective_seconds_));
   });
 }
 
 // Runs `switch_layer` now (sync) or hands it to the serving thread for
-// serving step `step` (async) and waits for it.
+// serving step `step` (async) and waits for it. A commit the serving thread
+// was too late for is owed (it will run, the vote agreed): the layer counts
+// as committed and the round stops on this rank.
 Status LayerRun::commit(std::function<Status()> switch_layer, int64_t step) {
   if (!gate_) return switch_layer();
-  return gate_->commit_at(layer_, step, std::move(switch_layer), Deadline::after_seconds(collective_seconds_));
+  bool owed = false;
+  Status result = gate_->commit_at(layer_, step, std::move(switch_layer),
+                                   Deadline::after_seconds(collective_seconds_), &owed);
+  if (!owed) return result;
+  report_.committed = report_.changed;
+  report_.failure = result.to_string();
+  report_.failure_code = result.code();
+  return Status(result.code(), fmt::format("migration stopped on rank {} at layer {} (committing): {}; layers "
+                                           "committed (or owed) to the new placement this round: {}",
+                                           state_.me(), layer_, result.message(),
+                                           layer_list([&] {
+                                             auto layers = committed_;
+                                             layers.push_back(layer_);
+                                             return layers;
+                                           }())));
+}
+
+// The commit of a voted layer as a closure that owns what it uses (an owed
+// commit may run after this LayerRun and the round are gone): rows from
+// staging to live (or the spare made live), then the layer's mapping.
+std::function<Status()> LayerRun::switch_layer(const LayerPlan& plan, Placement& current, const Placement& target) {
+  auto owned_plan = std::make_shared<const LayerPlan>(plan);
+  auto seconds = commit_seconds_;
+  return [store = state_.store, owned_plan, sums = staged_sums_, swap = swap_, layer = layer_, me = state_.me(),
+          &current, &target, seconds] {
+    Stopwatch commit_clock;
+    commit_layer(swap, *store, owned_plan->ranks[me], layer, sums);
+    *seconds += commit_clock.seconds();
+    return current.set_layer(layer, target, layer);
+  };
 }
 
 // One attempt and its vote; *committed when the vote was unanimous.
@@ -226,31 +279,29 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
                          const Placement& target, int number, bool* committed) {
   if (options_.before_attempt) options_.before_attempt(layer_, number);
   Status outcome = published.status;
-  if (gate_ && gate_->abort_requested())
-    outcome = error(Code::Aborted, fmt::format("rank {} asked to abort the async round", state_.me()));
+  const Status stop = stop_reason();
+  if (!stop.is_ok()) outcome = stop;
   else if (outcome) {
     AttemptContext context{*state_.agent, *state_.store, state_.ranks, plan, published, state_.me(), layer_,
                            Deadline::after_seconds(transfer_seconds_), swap_, &report_, &staged_sums_};
     outcome = run_attempt(context);
   }
-  std::vector<std::string> reasons;
   Stopwatch phase;
-  auto vote = cast_vote(outcome, &reasons);
+  auto vote = cast_vote(outcome, !stop.is_ok());
   report_.seconds_vote += phase.seconds();
   if (!vote) return lost(vote.status(), fmt::format("voting on attempt {}", number + 1));
-  if (abort_rank_ >= 0)
-    return lost(error(Code::Aborted, fmt::format("rank {} asked to abort the round", abort_rank_)),
+  const std::vector<std::string>& reasons = vote->reasons;
+  if (vote->stop_rank >= 0)
+    return lost(error(Code::Aborted, fmt::format("rank {} stopped the round ({})", vote->stop_rank,
+                                                 reasons[size_t(vote->stop_rank)])),
                 fmt::format("voting on attempt {}", number + 1));
-  if (*vote) {
+  if (vote->unanimous) {
     // Unanimous: every rank's reads of this layer have landed, so no peer
     // reads these rows any more. Staging -> live (or spare <-> live), switch
     // the mapping.
-    Status switched = commit([&] {
-      Stopwatch commit_clock;
-      commit_layer(swap_, *state_.store, plan.ranks[state_.me()], layer_, staged_sums_);
-      report_.seconds_commit += commit_clock.seconds();
-      return current.set_layer(layer_, target, layer_);
-    }, commit_step_);
+    Status switched = commit(switch_layer(plan, current, target), commit_step_);
+    report_.seconds_commit += *commit_seconds_;
+    if (report_.committed) return switched;  // owed: the layer will commit, the round stops here
     if (!switched) return lost(switched, "committing");
     *committed = true;
     return Status::ok();
@@ -280,9 +331,9 @@ Status LayerRun::run(const Result<LayerPlan>& planned, const PublishedSums& publ
   swap_ = options_.commit == CommitMode::Swap &&
           std::any_of(my_ops.begin(), my_ops.end(), [](const SlotOp& op) { return op.action != SlotAction::Keep; });
   // Same experts in the same slots: only the replica order may differ.
-  if (!report_.changed) return commit([&] { return current.set_layer(layer_, target, layer_); }, -1);
+  if (!report_.changed)
+    return commit([&current, &target, layer = layer_] { return current.set_layer(layer, target, layer); }, -1);
   report_.seconds_checksum += published.seconds;
-  if (!published.lost.is_ok()) return lost(published.lost, "publishing checksums");
   bool committed = false;
   for (int number = 0; number <= options_.retries && !committed; ++number)
     EPLB_TRY(attempt(plan, published, current, target, number, &committed));
@@ -302,6 +353,7 @@ RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Pla
                       const Placement& target, StepGate* gate) {
   RoundReport report;
   Stopwatch round;
+  state.stop.clear();
   if (Status valid = current.validate_against(state.topology); !valid)
     report.status = valid.with_context("migrate: the current placement");
   else if (Status valid_target = target.validate_against(state.topology); !valid_target)
@@ -316,7 +368,14 @@ RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Pla
   if (report.status.is_ok()) {
     for (int layer = 0; layer < state.topology.num_layers; ++layer)
       plans.push_back(plan_layer(current.layer_phy2log(layer), target.layer_phy2log(layer), state.topology, layer));
-    published = round_checksums(state, options, plans);
+    auto opened = round_checksums(state, options, plans, current, target);
+    if (opened) published = std::move(opened).value();
+    else
+      report.status = Status(opened.status().code(),
+                             fmt::format("migration stopped on rank {} before its first layer (opening the round: "
+                                         "placement digests and checksums): {}; every layer kept its old placement "
+                                         "on this rank",
+                                         state.me(), opened.status().message()));
   }
   std::vector<int> committed;
   for (int layer = 0; report.status.is_ok() && layer < state.topology.num_layers; ++layer) {
@@ -329,6 +388,14 @@ RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Pla
     if (layer_report.committed) committed.push_back(layer);
     report.layers.push_back(std::move(layer_report));
   }
+  // A stop requested after the last vote (a callback on the last layer)
+  // still fails the round on this rank; the layers stay as they committed.
+  if (Status stop = state.stop.reason(); report.status.is_ok() && !stop.is_ok()) {
+    report.stopped_alone = true;
+    report.status = Status(stop.code(), fmt::format("rank {} stopped after the round's last vote: {}; layers "
+                                                    "committed to the new placement this round: {}",
+                                                    state.me(), stop.message(), layer_list(committed)));
+  }
   report.seconds = round.seconds();
   return report;
 }
@@ -338,6 +405,8 @@ RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Pla
 RoundReport Migrator::migrate(Placement& current, const Placement& target) {
   return migrate::run_round(*state_, options_, current, target, nullptr);
 }
+
+void Migrator::stop_at_next_vote(Status why) { state_->stop.request(std::move(why)); }
 
 namespace {
 template <typename Field>

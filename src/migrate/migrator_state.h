@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -32,9 +33,9 @@ struct RankMap {
 std::string encode_map(const RankMap& map);
 Result<RankMap> decode_map(std::string_view message, int rank);
 
-// "3,7,12,... (40 in all)"
 // InvalidArgument for the swap commit on a store without spare buffers.
 Status check_commit_mode(CommitMode mode, const ExpertStore& store);
+// "3,7,12,... (40 in all)"
 std::string join_ints(const std::vector<int>& values, size_t limit = 12);
 
 // Runs a collective on a helper thread while this thread keeps driving the
@@ -57,21 +58,47 @@ auto with_progress(xfer::Agent& agent, Collective&& collective) {
   return pending.get();
 }
 
-// The checksums every source published for one layer, and which of its
-// two buffers is live (always 0 without spare buffers).
+// The checksums every source published for one layer, the expert each
+// published slot holds (by the source's placement in force), and which of
+// its two buffers is live (always 0 without spare buffers).
 struct PublishedSums {
   std::vector<std::vector<uint64_t>> sums;        // [source rank][row], row = position * tensors + tensor
+  std::vector<std::vector<int32_t>> experts;      // [source rank][position]
   std::vector<int> live;                          // [source rank] 0 or 1
   std::vector<std::map<int, size_t>> index;       // [source rank] slot -> position in slots_read_from
   Status status;                                  // a malformed message, if any
-  Status lost;     // the round's checksum allgather failed (a rank lost): the round stops
   double seconds = 0;  // the round's allgather, counted in its first changed layer's report
 };
-std::string encode_sums(const std::vector<uint64_t>& sums, int live_buffer);
-// The checksums and the live buffer a rank published; Mismatch when
+// One source's publication for one layer: per published slot (in
+// slots_read_from order) the expert it holds and its rows' checksums.
+struct SourceSums {
+  std::vector<uint64_t> sums;    // [position * tensors + tensor]
+  std::vector<int32_t> experts;  // [position]
+  int live = 0;
+};
+std::string encode_sums(const SourceSums& sums);
+// What a rank published for `slots` slots of `tensors` tensors; Mismatch when
 // malformed or when it names buffer 1 but `has_spare` is false.
-Result<std::pair<std::vector<uint64_t>, int>> decode_sums(std::string_view message, size_t expected_count, int rank,
-                                                          int layer, bool has_spare);
+Result<SourceSums> decode_sums(std::string_view message, size_t slots, size_t tensors, int rank, int layer,
+                               bool has_spare);
+
+// The round's first collective (round_opening.cpp): per layer, the digests
+// of the rank's old and new placement; then one blob per changed layer (its
+// checksums). Every rank opens every round, changed or not, so that ranks
+// disagreeing about the placements meet here before anything moves.
+struct RoundOpening {
+  std::vector<std::pair<uint64_t, uint64_t>> digests;  // [layer] (old, new)
+  std::vector<std::string_view> blobs;                 // views into the decoded message
+};
+std::string encode_opening(const Placement& current, const Placement& target, const std::vector<std::string>& blobs);
+Result<RoundOpening> decode_opening(std::string_view message, int rank, int num_layers);
+// The first (rank, layer) whose digests differ from rank 0's.
+std::optional<std::pair<int, int>> first_disagreement(const std::vector<RoundOpening>& openings);
+// Collective, run by every rank once first_disagreement found one: exchanges
+// that layer's rows and returns the Mismatch naming rank, layer, slot and
+// both experts.
+Status explain_disagreement(ProcessGroup& group, int rank, int layer, const Placement& current,
+                            const Placement& target, Deadline deadline);
 // The address and stride of `rank`'s tensor in the buffer it published live.
 std::pair<uint64_t, uint64_t> source_tensor(const RankMap& map, int live, int layer, int tensor);
 
@@ -106,7 +133,12 @@ void commit_layer(bool swap, ExpertStore& store, const RankLayerPlan& rank_plan,
 // Where the progress thread of an AsyncMigration meets the serving thread
 // (step_gate.cpp). The serving thread advances the step and runs commits;
 // the progress thread casts votes stamped with the step and hands commits
-// over, waiting until the serving thread ran them.
+// over, waiting until the serving thread ran them. A commit handed over
+// was voted by every rank, so it always runs on this rank: at its step, or,
+// when the serving thread is later than the deadline, at the first
+// commit_ready from its step on or at close() (the commit is then "owed"
+// and the round stops on this rank); a commit handed over while the handle
+// closes runs at once (the serving thread waits in close()).
 class StepGate {
  public:
   explicit StepGate(int lead_steps) : lead_(lead_steps) {}
@@ -119,8 +151,10 @@ class StepGate {
   Result<int64_t> vote_cast(double vote_seconds);
   int lead() const { return lead_; }
   // Hands over the commit of `layer` at `step` (-1: at the next step, no
-  // agreement needed) and waits until the serving thread ran it.
-  Status commit_at(int layer, int64_t step, std::function<Status()> commit, Deadline deadline);
+  // agreement needed) and waits until the serving thread ran it. Past the
+  // deadline the commit stays owed (*owed = true) and Timeout is returned.
+  // `commit` must own what it uses: it may run after the round ended.
+  Status commit_at(int layer, int64_t step, std::function<Status()> commit, Deadline deadline, bool* owed);
   void finish(Status status);                     // the round ended
   bool abort_requested() const;
   // Serving thread.
@@ -129,7 +163,9 @@ class StepGate {
   bool ready() const;
   bool done() const;
   void request_abort();
-  void close();  // the handle goes away: pending and future hand-overs fail
+  // The handle goes away: a commit handed over (owed or not) runs now; the
+  // progress thread's next vote stops the round.
+  void close();
 
  private:
   Status wait_for_result(std::unique_lock<std::mutex>& lock, int64_t step);
@@ -144,21 +180,44 @@ class StepGate {
     int layer = 0;
     int64_t step = -1;
     std::function<Status()> commit;
+    bool owed = false;  // the progress thread stopped waiting for it
   };
+  // Runs the pending commit now (serving thread, or a closing handle).
+  Status run_now();
   std::optional<Pending> pending_;
   std::optional<Status> commit_result_;
   Status failure_;
   bool done_ = false, abort_ = false, closed_ = false;
 };
 
-// A vote in two phases: yes/no, reason and abort request of every rank;
-// then, only when unanimous, every rank's current step (taken when the
-// first phase is over, so a serving thread never waits for a slower rank's
-// transfers): *commit_step = max step + lead. Yes when unanimous;
-// *abort_rank = the first rank that asked to abort (or -1).
-Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
-                          double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
-                          int* abort_rank);
+// The protocol's vote (vote.cpp): every rank's yes/no, whether it stops
+// the round (an abort request, a failed per-layer callback), and its reason.
+struct Ballots {
+  bool unanimous = true;  // every rank voted yes and none stops
+  int stop_rank = -1;     // the first rank that stops the round, or -1
+  std::vector<std::string> reasons;
+};
+Result<Ballots> exchange_votes(ProcessGroup& group, bool yes, bool stop, const std::string& reason,
+                               Deadline deadline);
+
+// Why this rank stops the round at its next vote (thread-safe; the first
+// request wins).
+class StopRequest {
+ public:
+  void request(Status why);
+  Status reason() const;  // Ok when none
+  void clear();
+
+ private:
+  mutable std::mutex mutex_;
+  Status reason_;
+};
+
+// The async vote: exchange_votes, then, only when unanimous, every rank's
+// current step (taken when the first phase is over, so a serving thread
+// never waits for a slower rank's transfers): *commit_step = max step + lead.
+Result<Ballots> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, bool stop, const std::string& reason,
+                             double vote_seconds, int64_t* commit_step);
 
 // The layer loop of a round, shared by Migrator::migrate (gate == nullptr)
 // and the progress thread of an AsyncMigration.
@@ -177,6 +236,7 @@ struct Migrator::State {
   std::vector<xfer::RegionId> regions;
   std::vector<migrate::RankMap> ranks;  // indexed by rank
   const MigrateOptions* options = nullptr;  // the Migrator's
+  migrate::StopRequest stop;                // Migrator::stop_at_next_vote
 
   int me() const { return group->rank(); }
   int tensors(int layer) const { return int(store->layout().layers[layer].size()); }

@@ -9,8 +9,6 @@
 namespace eplb::migrate {
 namespace {
 
-constexpr std::string_view kVoteMagic = "EPLBSTEPVOTE";
-constexpr uint32_t kVoteVersion = 2;
 constexpr std::string_view kStepMagic = "EPLBCOMMITSTEP";
 constexpr double kWaitMargin = 5.0;  // seconds the serving thread waits past the vote's deadline
 
@@ -32,23 +30,35 @@ Result<int64_t> StepGate::vote_cast(double vote_seconds) {
   return *cast_step_;
 }
 
-Status StepGate::commit_at(int layer, int64_t step, std::function<Status()> commit, Deadline deadline) {
+Status StepGate::commit_at(int layer, int64_t step, std::function<Status()> commit, Deadline deadline, bool* owed) {
   std::unique_lock lock(mutex_);
-  if (closed_) return error(Code::Aborted, fmt::format("the async migration was closed before layer {} committed", layer));
+  *owed = false;
   pending_ = Pending{layer, step, std::move(commit)};
   cast_step_.reset();
   commit_result_.reset();
+  // A closing handle's serving thread waits in close() for this thread.
+  if (closed_) return run_now();
   changed_.notify_all();
-  changed_.wait_until(lock, deadline.at(), [&] { return commit_result_.has_value() || closed_; });
-  Status result = commit_result_ ? *commit_result_
-                  : closed_      ? error(Code::Aborted, fmt::format("the async migration was closed before layer "
-                                                                    "{} committed at step {}", layer, step))
-                                 : error(Code::Timeout, fmt::format("layer {} was agreed to commit at serving step "
-                                                                    "{}, but the serving thread is still at step {} "
-                                                                    "(it must call commit_ready once per step)",
-                                                                    layer, step, step_));
-  pending_.reset();
-  commit_result_.reset();
+  changed_.wait_until(lock, deadline.at(), [&] { return commit_result_.has_value(); });
+  if (commit_result_) {
+    Status result = *commit_result_;
+    pending_.reset();
+    commit_result_.reset();
+    return result;
+  }
+  pending_->owed = *owed = true;
+  return error(Code::Timeout, fmt::format("layer {} was voted to commit at serving step {}, but this rank's serving "
+                                          "thread is still at step {} (it must call commit_ready once per step); "
+                                          "the commit is owed: it runs at this rank's first commit_ready from step "
+                                          "{} on, or at close()",
+                                          layer, step, step_, step));
+}
+
+Status StepGate::run_now() {
+  Status result = pending_->commit();
+  if (pending_->owed || closed_) pending_.reset();
+  else commit_result_ = result;
+  changed_.notify_all();
   return result;
 }
 
@@ -72,6 +82,10 @@ void StepGate::request_abort() {
 
 void StepGate::close() {
   std::lock_guard lock(mutex_);
+  if (pending_ && !commit_result_) {
+    Status result = run_now();
+    if (!result.is_ok() && failure_.is_ok()) failure_ = result;
+  }
   closed_ = abort_ = true;
   changed_.notify_all();
 }
@@ -108,13 +122,14 @@ Status StepGate::wait_for_result(std::unique_lock<std::mutex>& lock, int64_t ste
 Result<std::vector<int>> StepGate::run_pending(int64_t step) {
   std::vector<int> committed;
   if (!pending_ || commit_result_) return committed;
-  if (pending_->step >= 0 && pending_->step < step)
+  if (!pending_->owed && pending_->step >= 0 && pending_->step < step)
     return error(Code::Internal, fmt::format("layer {} was to commit at step {}, the serving thread is at step {}",
                                              pending_->layer, pending_->step, step));
-  if (pending_->step >= 0 && pending_->step != step) return committed;
-  commit_result_ = pending_->commit();
-  if (commit_result_->is_ok()) committed.push_back(pending_->layer);
-  changed_.notify_all();
+  if (pending_->step >= 0 && step < pending_->step) return committed;
+  const int layer = pending_->layer;
+  Status result = run_now();
+  if (!result.is_ok()) return result;
+  committed.push_back(layer);
   return committed;
 }
 
@@ -126,40 +141,17 @@ Result<std::vector<int>> StepGate::commit_ready(int64_t step, int max_layers) {
                                                     step, step_));
   if (step_ < 0) changed_.notify_all();  // a vote may wait for the first step (vote_cast)
   step_ = step;
+  if (pending_ && pending_->owed) {  // the round has stopped on this rank; the commit it owes runs first
+    auto late = run_pending(step);
+    if (!late || !failure_.is_ok()) return late ? Result<std::vector<int>>(failure_) : late;
+    return late;
+  }
   EPLB_TRY(wait_for_result(lock, step));
   if (!failure_.is_ok()) return failure_;
   return run_pending(step);
 }
 
 namespace {
-
-// Phase 1: yes/no, abort request and reason of every rank.
-Result<bool> gather_votes(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
-                          double vote_seconds, std::vector<std::string>* reasons, int* abort_rank) {
-  bytes::Writer writer;
-  writer.raw(kVoteMagic);
-  writer.u32(kVoteVersion);
-  writer.u32(yes ? 1 : 0);
-  writer.u32(gate.abort_requested() ? 1 : 0);
-  writer.blob(reason);
-  auto gathered = group.allgather(writer.take(), Deadline::after_seconds(vote_seconds));
-  if (!gathered) return gathered.status();
-  bool all_yes = true;
-  *abort_rank = -1;
-  reasons->assign(gathered->size(), "");
-  for (size_t r = 0; r < gathered->size(); ++r) {
-    bytes::Reader reader((*gathered)[r]);
-    const bool header = reader.expect(kVoteMagic) && reader.u32() == kVoteVersion;
-    const uint32_t their_yes = reader.u32(), their_abort = reader.u32();
-    (*reasons)[r] = std::string(reader.blob(1 << 20));
-    if (!header || !reader.at_end() || their_yes > 1 || their_abort > 1)
-      return error(Code::Mismatch, fmt::format("rank {} sent a malformed stepped vote ({} bytes)", r,
-                                               (*gathered)[r].size()));
-    all_yes = all_yes && their_yes == 1;
-    if (their_abort && *abort_rank < 0) *abort_rank = int(r);
-  }
-  return all_yes && *abort_rank < 0;
-}
 
 // Phase 2 (after a unanimous yes): every rank's current step; C = max + D.
 Result<int64_t> agree_on_step(ProcessGroup& group, StepGate& gate, double vote_seconds) {
@@ -184,13 +176,13 @@ Result<int64_t> agree_on_step(ProcessGroup& group, StepGate& gate, double vote_s
 
 }  // namespace
 
-Result<bool> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, const std::string& reason,
-                          double vote_seconds, std::vector<std::string>* reasons, int64_t* commit_step,
-                          int* abort_rank) {
-  EPLB_ASSIGN_OR_RETURN(bool unanimous, gather_votes(group, gate, yes, reason, vote_seconds, reasons, abort_rank));
-  if (!unanimous) return false;
+Result<Ballots> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, bool stop, const std::string& reason,
+                             double vote_seconds, int64_t* commit_step) {
+  EPLB_ASSIGN_OR_RETURN(Ballots ballots,
+                        exchange_votes(group, yes, stop, reason, Deadline::after_seconds(vote_seconds)));
+  if (!ballots.unanimous) return ballots;
   EPLB_ASSIGN_OR_RETURN(*commit_step, agree_on_step(group, gate, vote_seconds));
-  return true;
+  return ballots;
 }
 
 }  // namespace eplb::migrate

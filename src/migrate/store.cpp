@@ -148,6 +148,7 @@ Status ExpertStore::finish_setup() {
     }
   }
   staging_bytes_ = round_up(std::max<uint64_t>(layout_.max_layer_bytes(), 1), kPage);
+  EPLB_TRY(admit_allocation(staging_bytes_, false, "expert store: the staging area (the largest layer)"));
   EPLB_ASSIGN_OR_RETURN(staging_, map_bytes(staging_bytes_, "staging area"));
   prepare_staging(staging_, staging_bytes_);
   for (int l = 0; l < layout_.num_layers(); ++l) reset_checksums(l);

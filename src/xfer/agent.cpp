@@ -127,6 +127,9 @@ Result<RegionId> Agent::Impl::register_memory(const MemoryRegion& region) {
 
 Result<AllocatedRegion> Agent::Impl::allocate_memory(size_t length) {
   if (length == 0) return error(Code::InvalidArgument, "agent " + name_ + ": cannot allocate an empty region");
+  // The backend may place it in shared memory (UCX falls back to a POSIX
+  // segment in /dev/shm, which is RAM that no ulimit bounds): admitted as such.
+  EPLB_TRY(admit_allocation(length, true, "agent " + name_ + ": allocating transfer memory"));
   void* address = nullptr;
   auto memory = backend_->allocate_memory(length, &address);
   if (!memory) return memory.status().with_context("agent " + name_ + ": allocating " + format_bytes(length));

@@ -162,5 +162,70 @@ TEST(AsyncMigration, BadArgumentsAreRefused) {
   EXPECT_EQ((*handle)->commit_ready(1).status().code(), Code::InvalidArgument);
 }
 
+// Issue 29, item 2: a serving thread that stalls longer than the deadline
+// after a layer was voted. Before, rank 0 committed the layer at the agreed
+// step and rank 1, whose progress thread gave up waiting, kept it old, even
+// after the handle closed. Now a voted commit is owed: rank 1 runs it at
+// its first commit_ready from the agreed step on, or when the handle
+// closes, and every rank ends with the same layers new.
+TEST(AsyncMigration, ALateServingThreadStillCommitsWhatTheVoteAgreed) {
+  Topology topology{4, 8, 12, 2, 2, 2};
+  const Placement target = shuffled_placement(topology, 9);
+  auto groups = make_thread_groups(2);
+  StoreLayout layout = StoreLayout::uniform(topology.num_layers, topology.slots_per_rank(), {{"w", 4096}});
+  struct Outcome {
+    Status setup, failure, verified;
+    Placement final_placement;
+    int committed = 0;
+  };
+  std::vector<Outcome> outcomes(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Outcome& out = outcomes[size_t(r)];
+      xfer::AgentConfig config;
+      config.name = "late-serving-" + std::to_string(testing::async_agent_counter++) + "-" + std::to_string(r);
+      config.backend = "loopback";
+      auto agent = xfer::Agent::create(config);
+      auto store = ExpertStore::create_arena(layout, r * topology.slots_per_rank());
+      Placement current = default_placement(topology);
+      testing::fill_rows(**store, current);
+      MigrateOptions options;
+      options.collective_timeout_seconds = 1.0;  // how long a progress thread waits for its serving thread
+      auto migrator = Migrator::create(*groups[size_t(r)], **agent, **store, topology, options,
+                                       Deadline::after_seconds(20));
+      out.setup = migrator.status();
+      if (!migrator) return;
+      {
+        auto handle = (*migrator)->start(current, target, /*lead_steps=*/2);
+        bool stalled = false;
+        Stopwatch clock;
+        for (int64_t step = 0; !(*handle)->done() && clock.seconds() < 30; ++step) {
+          auto committed = (*handle)->commit_ready(step);
+          if (!committed && out.failure.is_ok()) out.failure = committed.status();
+          if (committed && !committed->empty() && r == 1 && !stalled) {
+            stalled = true;  // rank 1's serving loop stops for 2.5 s after its first commit
+            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        if (out.failure.is_ok()) out.failure = (*handle)->poll();
+        out.committed = (*handle)->report().layers_committed();
+      }  // the handle closes: an owed commit runs here at the latest
+      out.final_placement = current;
+      out.verified = testing::verify_rows(**store, current);
+    });
+  for (auto& thread : threads) thread.join();
+  for (const Outcome& out : outcomes) {
+    ASSERT_TRUE(out.setup) << out.setup.to_string();
+    EXPECT_FALSE(out.failure) << "the stall must stop the round; committed " << out.committed;
+    EXPECT_TRUE(out.verified) << out.verified.to_string();
+  }
+  EXPECT_TRUE(outcomes[0].final_placement == outcomes[1].final_placement)
+      << "the ranks ended with different layers new";
+  EXPECT_EQ(outcomes[0].committed, outcomes[1].committed);
+  EXPECT_GE(outcomes[0].committed, 2);  // the first commit and the one voted during the stall
+}
+
 }  // namespace
 }  // namespace eplb

@@ -78,7 +78,9 @@ Status remembered_checksums_match(const ExpertStore& store) {
 // Runs `targets` as consecutive rounds on `topology.num_ranks` threads.
 std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<TensorSpec>& tensors,
                                    const std::vector<Placement>& targets, const std::string& fault_spec = "",
-                                   MigrateOptions options = {}) {
+                                   MigrateOptions options = {},
+                                   std::function<void(int rank, Placement& current, Placement& target)>
+                                       stale_view = {}) {
   auto thread_groups = make_thread_groups(topology.num_ranks);
   std::vector<std::unique_ptr<CountingGroup>> groups;
   for (auto& group : thread_groups) groups.push_back(std::make_unique<CountingGroup>(*group));
@@ -108,7 +110,9 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
         return;
       }
       groups[size_t(r)]->counts.clear();
-      for (const auto& target : targets) {
+      for (Placement target : targets) {
+        // What this rank believes is in force, and where it wants to go.
+        if (stale_view) stale_view(r, current, target);
         RoundReport report = (*migrator)->migrate(current, target);
         bool ok = report.status.is_ok();
         result.rounds.push_back(std::move(report));
@@ -252,6 +256,45 @@ TEST(Executor, OneChecksumAllgatherPerRoundAndOneVotePerChangedLayer) {
       EXPECT_EQ(result.round_collectives.size(), 2u);
       EXPECT_EQ(result.round_collectives.at(Collective::Allgather), 1);
       EXPECT_EQ(result.round_collectives.at(Collective::Vote), changed);
+    }
+  }
+}
+
+// Issue 29, item 1: a rank with a stale view of the placement in force
+// (slots 0 and 1 swapped). Before, the per-row checksums passed (a source
+// hashes the row it holds, not the expert the reader expects) and two slots
+// ended up holding the wrong experts. Now the round's first collective
+// compares every rank's placements and every rank stops, naming the rank,
+// layer and slot, with nothing moved.
+TEST(Executor, RanksThatDisagreeAboutThePlacementStopBeforeAnythingMoves) {
+  Topology topology{2, 4, 4, 1, 1, 2};
+  auto target = Placement::from_phy2log(2, 4, 4, {2, 3, 0, 1, 1, 0, 3, 2});
+  ASSERT_TRUE(target);
+  auto swapped = [](const Placement& placement) {
+    std::vector<int32_t> rows = placement.phy2log_data();
+    std::swap(rows[0], rows[1]);
+    return std::move(Placement::from_phy2log(2, 4, 4, rows)).value();
+  };
+  for (const char* which : {"old", "new"}) {
+    const bool stale_old = std::string(which) == "old";
+    auto stale = [&](int rank, Placement& current, Placement& wanted) {
+      if (rank != 1) return;
+      if (stale_old) current = swapped(current);
+      else wanted = swapped(wanted);
+    };
+    auto results = run_rounds(topology, {{"w", 256}}, {*target}, "", {}, stale);
+    const std::string expected = stale_old ? "rank 1 has expert 1 in layer 0 slot 0, rank 0 has expert 0"
+                                           : "rank 1 has expert 3 in layer 0 slot 0, rank 0 has expert 2";
+    for (size_t r = 0; r < results.size(); ++r) {
+      ASSERT_TRUE(results[r].setup) << results[r].setup.to_string();
+      ASSERT_EQ(results[r].rounds.size(), 1u);
+      const RoundReport& round = results[r].rounds[0];
+      EXPECT_EQ(round.status.code(), Code::Mismatch) << "rank " << r << ": " << round.status.to_string();
+      EXPECT_NE(round.status.message().find(expected), std::string::npos) << round.status.message();
+      EXPECT_NE(round.status.message().find(std::string("the ") + which + " placement"), std::string::npos)
+          << round.status.message();
+      EXPECT_TRUE(round.layers.empty());  // nothing ran, nothing committed
+      EXPECT_TRUE(results[r].verified) << "rank " << r << ": " << results[r].verified.to_string();
     }
   }
 }

@@ -1,0 +1,52 @@
+"""Issue 29, item 9: a process that leaves during an async round without close() (sys.exit, an
+uncaught KeyboardInterrupt) exits cleanly: no abort or crash at interpreter exit, the round is
+abandoned like abort() at exit, its thread joined, nothing left in /dev/shm; the peer gets a named
+error and both ranks end with the same layers new.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spawned import free_port
+
+HERE = Path(__file__).resolve().parent
+
+
+def shm_entries() -> set:
+    return {name for name in os.listdir("/dev/shm") if name.startswith(("eplb", "ucx"))}
+
+
+@pytest.mark.parametrize("mode, exit_code", [("exit", 3), ("interrupt", -signal.SIGINT)])
+def test_leaving_an_async_round_without_close_exits_cleanly_and_consistently(tmp_path, mode, exit_code):
+    before = shm_entries()
+    port = free_port()
+    processes = []
+    for rank in range(2):
+        processes.append(subprocess.Popen(
+            [sys.executable, str(HERE / "exit_case.py"), str(rank), "2", str(port), mode, str(tmp_path / f"{rank}.json")],
+            cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    for process in processes:
+        try:
+            outputs.append(process.communicate(timeout=120))
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            pytest.fail(f"a rank did not finish within 120 s ({mode})")
+    stderr = outputs[1][1]
+    assert processes[1].returncode == exit_code, f"rank 1 exited with {processes[1].returncode}: {stderr[-3000:]}"
+    for marker in ("terminate called", "Fatal Python error", "Segmentation fault", "future_error", "Aborted"):
+        assert marker not in stderr, stderr[-3000:]
+    assert processes[0].returncode == 0, outputs[0][1][-3000:]
+    states = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert states[1]["done"], "the round was not closed at exit"
+    assert states[0]["error"] is not None and "rank 1" in states[0]["error"]["message"], states[0]
+    for state in states:
+        assert state["wrong"] == [], state
+    assert states[0]["committed"] == states[1]["committed"], states
+    assert shm_entries() <= before, f"left in /dev/shm: {shm_entries() - before}"

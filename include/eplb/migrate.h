@@ -66,6 +66,7 @@
 
 #include "eplb/bootstrap.h"
 #include "eplb/common.h"
+#include "eplb/data_plane.h"
 #include "eplb/placement.h"
 #include "eplb/status.h"
 #include "eplb/xfer.h"
@@ -74,10 +75,17 @@ namespace eplb {
 
 // ---------------------------------------------------------------- layout ---
 
+// One tensor of an expert: its name, bytes per expert, and, where the
+// engine knows them, its element type ("bfloat16", "float8_e4m3fn", ...)
+// and the shape of one expert's rows (empty: not given). Layouts agree only
+// when all four do on every rank.
 struct TensorSpec {
   std::string name;
   uint64_t bytes_per_expert = 0;
+  std::string dtype;
+  std::vector<int64_t> shape;
   bool operator==(const TensorSpec&) const = default;
+  std::string describe() const;  // "'down' float32 [16, 32] (2 KiB)"
 };
 
 struct StoreLayout {
@@ -100,10 +108,11 @@ struct StoreLayout {
   std::string to_string() const;
 };
 
-// Compares every rank's encoded layout with rank 0's. The error names the
-// first differing rank, layer and tensor and both sizes, e.g.
-// "nbytes_per_expert mismatch: rank 2 has layer 3 tensor 'down' of 349504 B
-//  per expert, rank 0 has 349525 B ...".
+// Compares every rank's encoded layout with rank 0's: the one layout check
+// (the Python Migrator and the vLLM communicator raise its result). The
+// error names the first differing rank, layer and tensor and both sizes,
+// dtypes or shapes, e.g. "nbytes_per_expert mismatch: rank 2 has layer 3
+// tensor 'down' of 349504 B per expert, rank 0 has 349525 B ...".
 Status check_layouts_agree(const std::vector<std::string>& encoded_layouts);
 
 // ----------------------------------------------------------------- store ---
@@ -247,6 +256,23 @@ struct MigrateOptions {
   std::function<void(const LayerReport& report)> on_layer_done;
 };
 
+// The one place every deadline of a migration comes from (transfers,
+// collectives, set-up, the serving thread's wait for a vote, draining a
+// closed async round), from the options and the largest read of a layer.
+// Automatic (timeout 0): 5 s + 1 s per 256 MiB read; collectives: the
+// transfers + 10 s; serving wait: a collective + 5 s; drain: 3 collectives.
+struct Deadlines {
+  double transfer_seconds = 0;
+  double collective_seconds = 0;
+  double setup_seconds = 0;
+  double serving_wait_seconds = 0;
+  double drain_seconds = 0;
+};
+inline constexpr double kMaxTimeoutSeconds = 86400;  // a day: no deadline means "never"
+Deadlines derive_deadlines(const MigrateOptions& options, uint64_t largest_read_bytes);
+// InvalidArgument unless every timeout is in [0, kMaxTimeoutSeconds].
+Status validate_timeouts(const MigrateOptions& options);
+
 struct LayerReport {
   int layer = 0;
   // Whole group (all ranks), from the plan.
@@ -272,6 +298,7 @@ struct LayerReport {
   bool committed = false;  // changed and switched to the new placement
   std::string failure;     // last failure (a retried failure is kept too)
   Code failure_code = Code::Ok;  // the code of `failure` (Ok when there is none)
+  std::string plane;       // the data plane that moved the layer's rows ("ucx", "torch", ...)
 };
 
 struct RoundReport {
@@ -281,6 +308,12 @@ struct RoundReport {
   // The round failed on this rank only, after its last vote (a stop
   // requested then): the other ranks completed it.
   bool stopped_alone = false;
+  // When status failed: the layer the round stopped at (-1: before any,
+  // or after the last), and what this rank was doing ("opening the round",
+  // "voting on attempt 2", "committing", "transfers and verification").
+  // status.peer() is the rank the failure names, when there is one.
+  int failed_layer = -1;
+  std::string operation;
   // Bytes of committed layers only (a failed layer's bytes were dropped).
   uint64_t bytes_moved() const;  // local + intra + inter
   uint64_t bytes_local() const;
@@ -296,6 +329,11 @@ class Migrator {
   // Collective: registers the store with `agent`, exchanges metadata and
   // memory maps with every rank, checks that layouts agree.
   static Result<std::unique_ptr<Migrator>> create(ProcessGroup& group, xfer::Agent& agent, ExpertStore& store,
+                                                  const Topology& topology, MigrateOptions options,
+                                                  Deadline deadline);
+  // The same over any data plane (eplb/data_plane.h); `plane` must
+  // outlive the Migrator. Every rank must use the same kind of plane.
+  static Result<std::unique_ptr<Migrator>> create(ProcessGroup& group, DataPlane& plane, ExpertStore& store,
                                                   const Topology& topology, MigrateOptions options,
                                                   Deadline deadline);
   ~Migrator();

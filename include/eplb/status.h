@@ -49,14 +49,24 @@ class [[nodiscard]] Status {
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
 
-  // "<context>: <message>"; a no-op on an ok status.
+  // "<context>: <message>"; a no-op on an ok status. Keeps peer().
   Status with_context(std::string_view context) const;
   // "<code name>: <message>", for logs and the CLI.
   std::string to_string() const;
+  // The rank (of the process group) the failure is about, when one is: the
+  // rank that was lost, did not answer, or voted no; -1 otherwise. Set by
+  // whoever knows it, so that callers need not find it in the message.
+  int peer() const { return peer_; }
+  Status with_peer(int rank) const {
+    Status copy = *this;
+    if (!copy.is_ok()) copy.peer_ = rank;
+    return copy;
+  }
 
  private:
   Code code_ = Code::Ok;
   std::string message_;
+  int peer_ = -1;
 };
 
 inline Status error(Code code, std::string message) { return Status(code, std::move(message)); }

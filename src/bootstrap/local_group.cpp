@@ -28,7 +28,8 @@ Status await_hub_message(Connection* hub, Deadline deadline, std::optional<Messa
 Status abort_notice_status(const Message& notice, const std::string& what, int self) {
   auto reported = decode_abort(notice.payload);
   if (!reported.is_ok()) return reported.status().with_context(what + ": abort notice from rank 0");
-  return Status(reported->code, fmt::format("{} (reported by rank 0 to rank {})", reported->message, self));
+  return Status(reported->code, fmt::format("{} (reported by rank 0 to rank {})", reported->message, self))
+      .with_peer(reported->peer);
 }
 
 namespace {
@@ -107,7 +108,7 @@ Status LocalGroup::hub_take_messages(HubRound& round, int from) {
     round.got[from] = std::move(message.payload);
   }
   if (!round.got[from] && !member->alive())
-    return error(member->lost().code(), fmt::format("rank {} lost: {}", from, member->lost().message()));
+    return error(member->lost().code(), fmt::format("rank {} lost: {}", from, member->lost().message())).with_peer(from);
   return Status::ok();
 }
 
@@ -128,7 +129,8 @@ Status LocalGroup::hub_gather(HubRound& round, Deadline deadline) {
   for (int r = 0; r < size_; ++r) (round.got[r] ? present : missing).push_back(r);
   return error(Code::Timeout, fmt::format("{} not answered within {} (answered: ranks {})",
                                           ranks_phrase(missing, "has", "have"), format_seconds(elapsed.seconds()),
-                                          rank_list(present)));
+                                          rank_list(present)))
+      .with_peer(missing.empty() ? -1 : missing.front());
 }
 
 Status LocalGroup::hub_reply(const HubRound& round, const std::string& payload, Deadline deadline) {
@@ -143,7 +145,8 @@ Status LocalGroup::hub_reply(const HubRound& round, const std::string& payload, 
     for (Connection* member : members)
       if (!member->alive()) {
         failure = error(Code::RemoteDisconnect, fmt::format("rank {} lost while receiving the result: {}",
-                                                            member->peer(), member->lost().message()));
+                                                            member->peer(), member->lost().message()))
+                      .with_peer(member->peer());
         return true;
       }
     return std::none_of(members.begin(), members.end(), [](Connection* c) { return c->has_output(); });
@@ -215,7 +218,8 @@ Result<std::vector<std::string>> LocalGroup::member_exchange(MessageKind kind, u
   if (reply) return member_result(*reply, kind, sequence, mine);
   if (!hub->alive())
     return error(Code::RemoteDisconnect,
-                 fmt::format("{}: rank 0 lost ({}); rank 0 is the hub of the local group", what, hub->lost().message()));
+                 fmt::format("{}: rank 0 lost ({}); rank 0 is the hub of the local group", what, hub->lost().message()))
+        .with_peer(0);
   if (pumped.code() == Code::Timeout)
     return error(Code::Timeout,
                  fmt::format("{}: no answer from rank 0 (the hub) within {}{}", what, format_seconds(elapsed.seconds()),

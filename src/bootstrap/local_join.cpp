@@ -185,7 +185,8 @@ Status LocalGroup::accept_hellos(int listener, Deadline deadline,
     for (int r = 1; r < size_; ++r)
       if (peers_[r] && !peers_[r]->alive()) {
         failure = error(Code::RemoteDisconnect, fmt::format("rank {} lost while the group was forming: {}", r,
-                                                            peers_[r]->lost().message()));
+                                                            peers_[r]->lost().message()))
+                      .with_peer(r);
         return true;
       }
     return joined == size_ - 1;

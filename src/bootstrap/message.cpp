@@ -222,18 +222,22 @@ Result<Vote> decode_vote(std::string_view payload) {
 }
 
 std::string encode_abort(const Status& status) {
-  std::string out;
-  out.push_back(static_cast<char>(status.code()));
-  out.append(status.message());
-  return out;
+  bytes::Writer writer;
+  writer.u8(static_cast<uint8_t>(status.code()));
+  writer.i32(status.peer());
+  writer.raw(status.message());
+  return writer.take();
 }
 
 Result<AbortNotice> decode_abort(std::string_view payload) {
-  if (payload.empty()) return error(Code::ParseError, "bootstrap abort: empty payload");
-  uint8_t code = static_cast<uint8_t>(payload[0]);
+  bytes::Reader reader(payload);
+  const uint8_t code = reader.u8();
+  const int32_t peer = reader.i32();
+  if (!reader.ok()) return error(Code::ParseError, fmt::format("bootstrap abort: {} bytes, too short", payload.size()));
   if (code == 0 || code > static_cast<uint8_t>(Code::Internal))
     return error(Code::ParseError, fmt::format("bootstrap abort: status code {} is not a failure", code));
-  return AbortNotice{static_cast<Code>(code), std::string(payload.substr(1))};
+  if (peer < -1) return error(Code::ParseError, fmt::format("bootstrap abort: peer {} is not a rank", peer));
+  return AbortNotice{static_cast<Code>(code), peer, std::string(reader.raw(reader.remaining()))};
 }
 
 Result<bool> tally_votes(std::vector<std::string>& votes, std::vector<std::string>* reasons) {

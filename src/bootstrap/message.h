@@ -125,12 +125,14 @@ Result<Vote> decode_vote(std::string_view payload);
 // (optional) receives each rank's reason. A malformed vote names its rank.
 Result<bool> tally_votes(std::vector<std::string>& votes, std::vector<std::string>* reasons);
 
-// An abort: u8 status code + the message bytes.
+// An abort: u8 status code, i32 the rank it names (Status::peer, -1 none),
+// then the message bytes.
 std::string encode_abort(const Status& status);
 struct AbortNotice {
   Code code = Code::Internal;
+  int peer = -1;
   std::string message;
-  Status status() const { return Status(code, message); }
+  Status status() const { return Status(code, message).with_peer(peer); }
 };
 Result<AbortNotice> decode_abort(std::string_view payload);
 

@@ -237,7 +237,8 @@ Status MpiGroup::exchange_notices(Exchange& x, Deadline deadline) {
     return error(Code::Timeout, fmt::format("{}: {} not arrived within {} (stuck, slow, or dead without mpirun "
                                             "noticing)",
                                             x.what, ranks_phrase(missing, "has", "have"),
-                                            format_seconds(x.elapsed.seconds())));
+                                            format_seconds(x.elapsed.seconds())))
+        .with_peer(int(missing.front()));
   EPLB_TRY(check_notices(x));
   auto unsent = wait_requests(x.sends, deadline);
   if (!unsent.is_ok()) return unsent.status().with_context(x.what);

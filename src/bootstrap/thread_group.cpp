@@ -134,7 +134,8 @@ Status ThreadGroup::timed_out(Round& round, const std::string& what, double seco
   return error(Code::Timeout, fmt::format("{}: rank{} {} {} not arrived within {} ({}; arrived: ranks {})", what,
                                           missing.size() > 1 ? "s" : "", bootstrap::rank_list(missing),
                                           missing.size() > 1 ? "have" : "has", format_seconds(seconds), positions,
-                                          bootstrap::rank_list(present)));
+                                          bootstrap::rank_list(present)))
+      .with_peer(missing.empty() ? -1 : missing.front());
 }
 
 Result<std::vector<std::string>> ThreadGroup::exchange(Collective collective, std::string mine, Deadline deadline) {
@@ -154,7 +155,8 @@ Result<std::vector<std::string>> ThreadGroup::exchange(Collective collective, st
   if (!finished || (!round.done && departed_missing(round) < 0)) return timed_out(round, what, elapsed.seconds());
   if (!round.done)
     return error(Code::RemoteDisconnect, fmt::format("{}: rank {} lost (its group was destroyed before it joined {})",
-                                                     what, departed_missing(round), what));
+                                                     what, departed_missing(round), what))
+        .with_peer(departed_missing(round));
   std::vector<std::string> result = round.result;
   if (++round.taken == shared.size) shared.rounds.erase(sequence);
   return result;

@@ -30,7 +30,7 @@ Status Status::with_context(std::string_view context) const {
   std::string message;
   message.reserve(context.size() + 2 + message_.size());
   message.append(context).append(": ").append(message_);
-  return Status(code_, std::move(message));
+  return Status(code_, std::move(message)).with_peer(peer_);
 }
 
 std::string Status::to_string() const {

@@ -1,11 +1,11 @@
-// layer_attempt.cpp - one rank's attempt at one layer, in the four phases
-// the protocol names: post READs into staging, local copies, wait with the
-// deadline, verify every received row; then, after a unanimous vote, the
-// commit of staging into the live rows.
+// layer_attempt.cpp - one rank's attempt at one layer, in the phases the
+// protocol names: the layer's transfers posted on the data plane, local
+// copies staged while they fly, wait with the deadline, verify every
+// received row against its source's digest; then, after a unanimous vote,
+// the commit. Every byte moves through the DataPlane (eplb/data_plane.h).
 #include <fmt/format.h>
 
-#include <cstring>
-#include <unordered_map>
+#include <algorithm>
 
 #include "common/bytes.h"
 #include "migrator_state.h"
@@ -34,112 +34,20 @@ struct CopyPlan {
   }
 };
 
-struct PostedRead {
-  int source_rank = 0;
-  xfer::DescriptorListId local = 0;
-  xfer::DescriptorListId remote = 0;
-  xfer::RequestId request = 0;
-  uint64_t bytes = 0;
-  std::vector<int> experts;
-  std::vector<const uint8_t*> landing;  // per descriptor: the row it lands in
-};
-
-// Checksums of received rows the transfer layer computed while copying them
-// (UCX shared memory), by landing row; rows not in it are hashed by verify.
-using LandedSums = std::unordered_map<const uint8_t*, uint64_t>;
-
-// The READs of one attempt; released however the attempt ends.
-struct PostedReads {
-  xfer::Agent& agent;
-  std::vector<PostedRead> reads;
-  ~PostedReads() {
-    for (auto& read : reads) {
-      if (read.request) (void)agent.release(read.request);
-      if (read.local) (void)agent.release_descriptor_list(read.local);
-      if (read.remote) (void)agent.release_descriptor_list(read.remote);
-    }
-  }
-};
-
-struct Descriptors {
-  std::vector<xfer::Descriptor> local, remote;
-};
-
 std::string where(const AttemptContext& context) {
   return fmt::format("layer {} on rank {}", context.layer, context.me);
 }
 
+RowBuffer live_buffer(const ExpertStore& store, int layer) { return RowBuffer(store.live_buffer(layer)); }
+
 // Where this attempt puts a new row: staging (copy) or the spare buffer (swap).
-uint8_t* landing_row(const AttemptContext& context, int local_slot, int tensor) {
-  return context.swap ? context.store.spare_row(context.layer, local_slot, tensor)
-                      : context.store.staging_row(context.layer, local_slot, tensor);
+RowRef landing(const AttemptContext& context, int local_slot) {
+  const RowBuffer spare = RowBuffer(1 - context.store.live_buffer(context.layer));
+  return {context.layer, local_slot, context.swap ? spare : RowBuffer::Staging};
 }
 
-// One descriptor per row, so that a checksum the transfer layer computes
-// while copying a descriptor's bytes is one row's. The remote rows are those
-// of the buffer the source published live (their stride may exceed a row).
-void describe_run(const AttemptContext& context, int source_rank, const ReadRun& run, Descriptors& out,
-                  PostedRead& posted) {
-  const ExpertStore& store = context.store;
-  const RankMap& source = context.ranks[source_rank];
-  const int live = context.published.live[source_rank];
-  const int first = store.first_slot();
-  const int source_local = run.source_slot - int(source.first_slot);
-  const int tensors = int(store.layout().layers[context.layer].size());
-  for (int t = 0; t < tensors; ++t) {
-    const uint64_t row_bytes = store.row_bytes(context.layer, t);
-    auto [base, stride] = source_tensor(source, live, context.layer, t);
-    for (int i = 0; i < run.count; ++i) {
-      const uint8_t* landing = landing_row(context, run.dest_slot - first + i, t);
-      posted.landing.push_back(landing);
-      out.local.push_back({reinterpret_cast<uint64_t>(landing), row_bytes, 0});
-      out.remote.push_back({base + uint64_t(source_local + i) * stride, row_bytes, 0});
-    }
-    posted.bytes += row_bytes * uint64_t(run.count);
-  }
-}
-
-// Prepares and posts the READ of one request (one source rank).
-Status post_read(const AttemptContext& context, const ReadRequest& request, const std::map<int, int>& slot_expert,
-                 PostedReads& posted_reads) {
-  const RankMap& source = context.ranks[request.source_rank];
-  PostedRead& posted = posted_reads.reads.emplace_back();
-  posted.source_rank = request.source_rank;
-  Descriptors descriptors;
-  for (const auto& run : request.runs) {
-    for (int i = 0; i < run.count; ++i) {
-      auto expert = slot_expert.find(run.dest_slot + i);
-      posted.experts.push_back(expert == slot_expert.end() ? -1 : expert->second);
-    }
-    describe_run(context, request.source_rank, run, descriptors, posted);
-  }
-  const std::string what = fmt::format("READ of {} descriptors ({}) from rank {} (experts {})",
-                                       descriptors.remote.size(), format_bytes(posted.bytes), request.source_rank,
-                                       join_ints(posted.experts));
-  auto fail = [&](const Status& status, const char* step) {
-    return status.with_context(fmt::format("{}: {}{}", where(context), step, what));
-  };
-  auto local = context.agent.prepare_local(descriptors.local);
-  if (!local) return fail(local.status(), "preparing ");
-  posted.local = *local;
-  auto remote = context.agent.prepare_remote(source.agent_name, descriptors.remote);
-  if (!remote) return fail(remote.status(), "preparing ");
-  posted.remote = *remote;
-  auto request_id = context.agent.make_request(xfer::Operation::Read, posted.local, {}, posted.remote, {}, {},
-                                              /*checksum_landed=*/true);
-  if (!request_id) return fail(request_id.status(), "");
-  posted.request = *request_id;
-  if (Status started = context.agent.post(posted.request); !started) return fail(started, "posting ");
-  return Status::ok();
-}
-
-// 1. READs into staging: one request per source rank.
-Status post_reads(const AttemptContext& context, PostedReads& posted) {
-  std::map<int, int> slot_expert;
-  for (const auto& op : context.plan.ranks[context.me].slots) slot_expert[op.slot] = op.expert;
-  for (const auto& request : context.plan.ranks[context.me].reads)
-    EPLB_TRY(post_read(context, request, slot_expert, posted));
-  return Status::ok();
+RowRef live_row(const ExpertStore& store, int layer, int local_slot) {
+  return {layer, local_slot, live_buffer(store, layer)};
 }
 
 std::optional<uint64_t>& staged(const AttemptContext& context, int slot, int tensor) {
@@ -147,114 +55,139 @@ std::optional<uint64_t>& staged(const AttemptContext& context, int slot, int ten
   return (*context.staged_sums)[size_t(slot - context.store.first_slot()) * tensors + size_t(tensor)];
 }
 
-// 2. Local copies from rows that change in this commit, while the READs
-// fly (the others wait for the commit: CopyPlan). With swap, every local
-// copy and every row that stays goes from live to spare now (live rows do
-// not change before the swap); copies after a read wait for the read.
-void copy_locally(const AttemptContext& context) {
-  ExpertStore& store = context.store;
+// 1. The layer's transfers in canonical order: this rank's receives by
+// (source rank, slot), and the rows other ranks read from it, by
+// (destination rank, slot) (the sends of two-sided planes).
+LayerTransfers layer_transfers(const AttemptContext& context) {
+  LayerTransfers transfers;
+  transfers.layer = context.layer;
+  const int first = context.store.first_slot();
+  for (const auto& op : context.plan.ranks[context.me].slots)
+    if (op.action == SlotAction::RemoteRead)
+      transfers.receives.push_back({op.source_rank, op.source_slot,
+                                    context.published.live[op.source_rank] ? RowBuffer::Spare : RowBuffer::Primary,
+                                    landing(context, op.slot - first), op.expert});
+  std::stable_sort(transfers.receives.begin(), transfers.receives.end(),
+                   [](const RowReceive& a, const RowReceive& b) { return a.source_rank < b.source_rank; });
+  for (const auto& rank_plan : context.plan.ranks) {
+    if (rank_plan.rank == context.me) continue;
+    for (const auto& op : rank_plan.slots)
+      if (op.action == SlotAction::RemoteRead && op.source_rank == context.me)
+        transfers.sends.push_back({rank_plan.rank, live_row(context.store, context.layer, op.source_slot - first),
+                                   op.slot, op.expert});
+  }
+  return transfers;
+}
+
+// 2. Local copies from rows that change in this commit, while the
+// transfers fly (the others wait for the commit: CopyPlan). With swap,
+// every local copy and every row that stays goes from live to spare now
+// (live rows do not change before the swap); copies after a read wait for
+// the read.
+std::vector<RowCopy> staged_copies(const AttemptContext& context) {
+  const ExpertStore& store = context.store;
   const int first = store.first_slot();
   const int tensors = int(store.layout().layers[context.layer].size());
   const RankLayerPlan& rank_plan = context.plan.ranks[context.me];
   const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
+  std::vector<RowCopy> out;
   for (const auto& op : rank_plan.slots) {
     if (op.action == SlotAction::RemoteRead || op.copy_after_read) continue;
     if (!context.swap && (op.action == SlotAction::Keep || copies.deferred(op, first))) continue;
     const int from = (op.action == SlotAction::Keep ? op.slot : op.source_slot) - first;
-    for (int t = 0; t < tensors; ++t) {
-      std::memcpy(landing_row(context, op.slot - first, t), store.row(context.layer, from, t),
-                  store.row_bytes(context.layer, t));
-      staged(context, op.slot, t) = store.cached_checksum(context.layer, from, t);
-    }
+    out.push_back({live_row(store, context.layer, from), landing(context, op.slot - first)});
+    for (int t = 0; t < tensors; ++t) staged(context, op.slot, t) = store.cached_checksum(context.layer, from, t);
   }
+  return out;
 }
 
 // With swap, after the reads were verified: the copies of a row this
 // layer read (spare -> spare).
-void copy_after_reads(const AttemptContext& context) {
-  ExpertStore& store = context.store;
-  const int first = store.first_slot();
-  const int tensors = int(store.layout().layers[context.layer].size());
+std::vector<RowCopy> copies_after_reads(const AttemptContext& context) {
+  const int first = context.store.first_slot();
+  const int tensors = int(context.store.layout().layers[context.layer].size());
+  std::vector<RowCopy> out;
   for (const auto& op : context.plan.ranks[context.me].slots) {
     if (!op.copy_after_read) continue;
-    for (int t = 0; t < tensors; ++t) {
-      std::memcpy(store.spare_row(context.layer, op.slot - first, t),
-                  store.spare_row(context.layer, op.source_slot - first, t), store.row_bytes(context.layer, t));
-      staged(context, op.slot, t) = staged(context, op.source_slot, t);
-    }
+    out.push_back({landing(context, op.source_slot - first), landing(context, op.slot - first)});
+    for (int t = 0; t < tensors; ++t) staged(context, op.slot, t) = staged(context, op.source_slot, t);
   }
+  return out;
 }
 
-// 3. Wait, with the deadline; a failure names every request that did not
-// finish, with its peer and experts.
-Status wait_reads(const AttemptContext& context, const PostedReads& posted) {
-  if (posted.reads.empty()) return Status::ok();
-  std::vector<xfer::RequestId> ids;
-  for (const auto& read : posted.reads) ids.push_back(read.request);
-  Status waited = context.agent.wait(ids, context.transfer_deadline);
-  if (waited) return waited;
-  std::string detail;
-  for (const auto& read : posted.reads) {
-    auto state = context.agent.status(read.request);
-    if (state.state == xfer::RequestState::Done) continue;
-    detail += fmt::format("{}READ from rank {} of experts {} ({}): {}", detail.empty() ? "" : "; ", read.source_rank,
-                          join_ints(read.experts), format_bytes(read.bytes),
-                          state.state == xfer::RequestState::Failed ? state.failure.to_string()
-                                                                    : "still in progress at the deadline");
-  }
-  return Status(waited.code(), fmt::format("{}: {}", where(context), detail.empty() ? waited.to_string() : detail));
+// 3. Post, stage, wait: the plane's transfers released however it ends.
+Status transfer(const AttemptContext& context, const LayerTransfers& transfers,
+                std::vector<std::optional<uint64_t>>& landed) {
+  struct Release {
+    DataPlane& plane;
+    ~Release() { plane.abandon(); }
+  } release{context.plane};
+  EPLB_TRY(context.plane.post(transfers, context.transfer_deadline).with_context(where(context)));
+  EPLB_TRY(context.plane.copy(staged_copies(context)).with_context(where(context) + ": local copies"));
+  EPLB_TRY(context.plane.wait(context.transfer_deadline));
+  landed = context.plane.landed_digests();
+  return Status::ok();
 }
 
-// The checksums the transfer layer computed while the READs landed.
-LandedSums landed_sums(const AttemptContext& context, const PostedReads& posted) {
-  LandedSums sums;
-  for (const auto& read : posted.reads) {
-    auto landed = context.agent.landed_checksums(read.request);
-    if (!landed || landed->size() != read.landing.size()) continue;  // verify hashes these rows itself
-    for (size_t i = 0; i < read.landing.size(); ++i)
-      if ((*landed)[i]) sums.emplace(read.landing[i], *(*landed)[i]);
+// The digests of the received rows: as they landed, else computed now.
+Result<std::vector<uint64_t>> received_digests(const AttemptContext& context, const LayerTransfers& transfers,
+                                               const std::vector<std::optional<uint64_t>>& landed) {
+  const size_t tensors = context.store.layout().layers[context.layer].size();
+  std::vector<RowRef> missing;
+  for (size_t i = 0; i < transfers.receives.size(); ++i)
+    for (size_t t = 0; t < tensors; ++t)
+      if (i * tensors + t >= landed.size() || !landed[i * tensors + t]) {
+        missing.push_back(transfers.receives[i].to);
+        break;
+      }
+  std::vector<uint64_t> computed;
+  if (!missing.empty()) {
+    EPLB_ASSIGN_OR_RETURN(computed, context.plane.digest(missing));
   }
-  return sums;
+  std::vector<uint64_t> out(transfers.receives.size() * tensors);
+  for (size_t i = 0, next = 0; i < transfers.receives.size(); ++i) {
+    const bool digested = next < missing.size() && missing[next] == transfers.receives[i].to;
+    for (size_t t = 0; t < tensors; ++t)
+      out[i * tensors + t] = digested ? computed[next * tensors + t] : *landed[i * tensors + t];
+    if (digested) ++next;
+  }
+  return out;
 }
 
-// 4. Verify every received row against its source's checksum (computed while
-// it landed, or hashed here).
-Status verify_reads(const AttemptContext& context, const LandedSums& landed) {
+// 4. Every received row against its source's published digest and expert.
+Status verify(const AttemptContext& context, const LayerTransfers& transfers, const std::vector<uint64_t>& got) {
   const ExpertStore& store = context.store;
-  const int layer = context.layer, first = store.first_slot();
-  const int tensors = int(store.layout().layers[layer].size());
+  const int tensors = int(store.layout().layers[context.layer].size());
   std::string mismatches;
-  int mismatch_count = 0;
-  for (const auto& op : context.plan.ranks[context.me].slots) {
-    if (op.action != SlotAction::RemoteRead) continue;
-    const auto& index = context.published.index[op.source_rank];
-    auto found = index.find(op.source_slot);
+  int count = 0;
+  for (size_t i = 0; i < transfers.receives.size(); ++i) {
+    const RowReceive& receive = transfers.receives[i];
+    const auto& index = context.published.index[receive.source_rank];
+    auto found = index.find(receive.source_slot);
     if (found == index.end())
-      return error(Code::Internal, fmt::format("{}: no published checksum for slot {} of rank {}", where(context),
-                                               op.source_slot, op.source_rank));
-    const int32_t published_expert = context.published.experts[op.source_rank][found->second];
-    if (published_expert != op.expert)
+      return error(Code::Internal, fmt::format("{}: no published digest for slot {} of rank {}", where(context),
+                                               receive.source_slot, receive.source_rank));
+    const int32_t published_expert = context.published.experts[receive.source_rank][found->second];
+    if (published_expert != receive.expert)
       return error(Code::Mismatch, fmt::format("{}: rank {} published expert {} for its slot {}, but this rank reads "
-                                               "expert {} from it into slot {}",
-                                               where(context), op.source_rank, published_expert, op.source_slot,
-                                               op.expert, op.slot));
+                                               "expert {} from it",
+                                               where(context), receive.source_rank, published_expert,
+                                               receive.source_slot, receive.expert));
+    const int slot = receive.to.local_slot + store.first_slot();
     for (int t = 0; t < tensors; ++t) {
-      const uint64_t expected = context.published.sums[op.source_rank][found->second * size_t(tensors) + size_t(t)];
-      const uint8_t* row = landing_row(context, op.slot - first, t);
-      auto known = landed.find(row);
-      const uint64_t got = known != landed.end() ? known->second
-                                                 : bytes::checksum(std::span<const uint8_t>(row, store.row_bytes(layer, t)));
-      staged(context, op.slot, t) = expected;
-      if (got != expected && ++mismatch_count <= 4)
+      const uint64_t expected = context.published.sums[receive.source_rank][found->second * size_t(tensors) + size_t(t)];
+      staged(context, slot, t) = expected;
+      if (got[i * size_t(tensors) + size_t(t)] != expected && ++count <= 4)
         mismatches += fmt::format("{}expert {} read from rank {} slot {} tensor '{}' into slot {} (expected "
                                   "{:#018x}, got {:#018x})",
-                                  mismatches.empty() ? "" : "; ", op.expert, op.source_rank, op.source_slot,
-                                  store.layout().layers[layer][t].name, op.slot, expected, got);
+                                  mismatches.empty() ? "" : "; ", receive.expert, receive.source_rank,
+                                  receive.source_slot, store.layout().layers[context.layer][t].name, slot, expected,
+                                  got[i * size_t(tensors) + size_t(t)]);
     }
   }
-  if (mismatch_count == 0) return Status::ok();
-  return error(Code::Mismatch, fmt::format("{}: checksum mismatch in {} received row(s): {}", where(context),
-                                           mismatch_count, mismatches));
+  if (count == 0) return Status::ok();
+  return error(Code::Mismatch, fmt::format("{}: checksum mismatch in {} received row(s) ({} digests): {}",
+                                           where(context), count, context.plane.digest_kind(), mismatches));
 }
 
 }  // namespace
@@ -264,40 +197,49 @@ Status run_attempt(const AttemptContext& context) {
                                   context.store.layout().layers[context.layer].size(),
                               std::nullopt);
   Stopwatch phase;
-  LandedSums landed;
-  {
-    PostedReads posted{context.agent, {}};
-    EPLB_TRY(post_reads(context, posted));
-    copy_locally(context);
-    EPLB_TRY(wait_reads(context, posted));
-    landed = landed_sums(context, posted);
-  }
+  const LayerTransfers transfers = layer_transfers(context);
+  std::vector<std::optional<uint64_t>> landed;
+  EPLB_TRY(transfer(context, transfers, landed));
   context.report->seconds_transfer += phase.seconds();
   phase.reset();
-  Status verified = verify_reads(context, landed);
-  if (verified && context.swap) copy_after_reads(context);
+  auto got = received_digests(context, transfers, landed);
+  Status verified = got ? verify(context, transfers, *got) : got.status();
+  if (verified && context.swap) verified = context.plane.copy(copies_after_reads(context));
   context.report->seconds_verify += phase.seconds();
   return verified;
 }
 
-void commit_layer(bool swap, ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
-                  const std::vector<std::optional<uint64_t>>& staged_sums) {
-  if (swap) return store.swap_layer(layer, staged_sums);
+Status commit_layer(bool swap, DataPlane& plane, ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
+                    const std::vector<std::optional<uint64_t>>& staged_sums) {
+  if (swap) {
+    store.swap_layer(layer, staged_sums);
+    return Status::ok();
+  }
   const int first = store.first_slot();
   const int tensors = int(store.layout().layers[layer].size());
   const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
   auto staged = [&](int slot, int t) { return staged_sums[size_t(slot - first) * size_t(tensors) + size_t(t)]; };
+  struct Write {
+    int slot, from;
+    bool from_live;  // a deferred copy from a kept live row (else from staging)
+  };
+  std::vector<RowCopy> copies_to_live;
+  std::vector<Write> writes;
   for (const auto& op : rank_plan.slots) {
     if (op.action == SlotAction::Keep) continue;
     const bool from_live = copies.deferred(op, first);
     const int from = op.copy_after_read || from_live ? op.source_slot : op.slot;
-    for (int t = 0; t < tensors; ++t) {
-      const uint8_t* source = from_live ? store.row(layer, from - first, t) : store.staging_row(layer, from - first, t);
-      std::memcpy(store.row(layer, op.slot - first, t), source, store.row_bytes(layer, t));
-      store.remember_checksum(layer, op.slot - first, t,
-                              from_live ? store.cached_checksum(layer, from - first, t) : staged(from, t));
-    }
+    copies_to_live.push_back({{layer, from - first, from_live ? live_buffer(store, layer) : RowBuffer::Staging},
+                              live_row(store, layer, op.slot - first)});
+    writes.push_back({op.slot, from, from_live});
   }
+  EPLB_TRY(plane.commit(copies_to_live).with_context(fmt::format("committing layer {}", layer)));
+  for (const Write& write : writes)
+    for (int t = 0; t < tensors; ++t)
+      store.remember_checksum(layer, write.slot - first, t,
+                              write.from_live ? store.cached_checksum(layer, write.from - first, t)
+                                              : staged(write.from, t));
+  return Status::ok();
 }
 
 std::string encode_sums(const SourceSums& sums) {

@@ -32,13 +32,9 @@ Code first_code(const std::vector<std::string>& reasons) {
   return Code::Aborted;
 }
 
-// The transfer deadline scales with what a rank reads; collectives wait for
-// the slowest rank's transfers plus a margin. Every rank computes the same
-// plan, so the largest read is known everywhere.
-struct LayerDeadlines {
-  double transfer_seconds = 0, collective_seconds = 0;
-};
-LayerDeadlines layer_deadlines(const Migrator::State& state, const MigrateOptions& options, const LayerPlan& plan) {
+// The layer's deadlines (derive_deadlines): the largest read of any rank
+// (every rank computes the same plan, so it is known everywhere).
+Deadlines layer_deadlines(const Migrator::State& state, const MigrateOptions& options, const LayerPlan& plan) {
   const uint64_t expert_bytes = state.store->layout().bytes_per_expert(plan.layer);
   uint64_t largest_read = 0;
   for (const auto& rank_plan : plan.ranks) {
@@ -46,12 +42,7 @@ LayerDeadlines layer_deadlines(const Migrator::State& state, const MigrateOption
     for (const auto& request : rank_plan.reads) bytes += uint64_t(request.slots()) * expert_bytes;
     largest_read = std::max(largest_read, bytes);
   }
-  LayerDeadlines deadlines;
-  deadlines.transfer_seconds =
-      options.timeout_seconds > 0 ? options.timeout_seconds : 5.0 + double(largest_read) / double(256ull << 20);
-  deadlines.collective_seconds = options.collective_timeout_seconds > 0 ? options.collective_timeout_seconds
-                                                                         : deadlines.transfer_seconds + 10.0;
-  return deadlines;
+  return derive_deadlines(options, largest_read);
 }
 
 // Whether a layer moves any row (otherwise only its replica order may change).
@@ -59,21 +50,39 @@ bool moves_rows(const LayerPlan& plan) {
   return plan.stats.slots_local_copy + plan.stats.slots_read_intra_node + plan.stats.slots_read_inter_node > 0;
 }
 
-// This rank's publication for one layer: for every slot a peer reads from
-// it, the expert the slot holds in `current` and the checksum of its rows
-// (remembered by the store when known, computed otherwise); and which of
-// its buffers is live.
-std::string my_checksums(Migrator::State& state, const LayerPlan& plan, const Placement& current) {
-  const int layer = plan.layer, tensors = state.tensors(layer);
+// The digests of this rank's live rows `slots` (global) of one layer: those
+// the store remembers, the others computed by the plane (and remembered).
+Result<std::vector<uint64_t>> live_digests(Migrator::State& state, int layer, SlotList slots) {
   ExpertStore& store = *state.store;
-  SourceSums mine;
-  mine.sums.reserve(plan.slots_read_from[state.me()].size() * size_t(tensors));
-  const auto holds = current.layer_phy2log(layer);
-  for (int slot : plan.slots_read_from[state.me()]) {
-    mine.experts.push_back(holds[size_t(slot)]);
-    for (int t = 0; t < tensors; ++t) mine.sums.push_back(store.known_checksum(layer, slot - store.first_slot(), t));
+  const int tensors = state.tensors(layer), first = store.first_slot();
+  std::vector<RowRef> missing;
+  for (int slot : slots)
+    for (int t = 0; t < tensors; ++t)
+      if (!store.cached_checksum(layer, slot - first, t)) {
+        missing.push_back({layer, slot - first, RowBuffer(store.live_buffer(layer))});
+        break;
+      }
+  if (!missing.empty()) {
+    EPLB_ASSIGN_OR_RETURN(auto computed, state.plane->digest(missing));
+    for (size_t i = 0; i < missing.size(); ++i)
+      for (int t = 0; t < tensors; ++t)
+        store.remember_checksum(layer, missing[i].local_slot, t, computed[i * size_t(tensors) + size_t(t)]);
   }
-  mine.live = store.live_buffer(layer);
+  std::vector<uint64_t> out;
+  for (int slot : slots)
+    for (int t = 0; t < tensors; ++t) out.push_back(*store.cached_checksum(layer, slot - first, t));
+  return out;
+}
+
+// This rank's publication for one layer: for every slot a peer reads from
+// it, the expert the slot holds in `current` and the digest of its rows;
+// and which of its buffers is live.
+Result<std::string> my_checksums(Migrator::State& state, const LayerPlan& plan, const Placement& current) {
+  SourceSums mine;
+  EPLB_ASSIGN_OR_RETURN(mine.sums, live_digests(state, plan.layer, plan.slots_read_from[state.me()]));
+  const auto holds = current.layer_phy2log(plan.layer);
+  for (int slot : plan.slots_read_from[state.me()]) mine.experts.push_back(holds[size_t(slot)]);
+  mine.live = state.store->live_buffer(plan.layer);
   return encode_sums(mine);
 }
 
@@ -89,7 +98,7 @@ void decode_layer_sums(const Migrator::State& state, const LayerPlan& plan, cons
     const auto& slots = plan.slots_read_from[r];
     for (size_t i = 0; i < slots.size(); ++i) published.index[r][slots[i]] = i;
     auto decoded = decode_sums(parts[size_t(r)], slots.size(), size_t(tensors), r, plan.layer,
-                               !state.ranks[r].spare_tensors.empty());
+                               state.ranks[r].has_spare);
     if (!decoded) {
       if (published.status.is_ok()) published.status = decoded.status();
       continue;
@@ -111,7 +120,7 @@ Result<std::vector<RoundOpening>> open_round(Migrator::State& state, const std::
     openings.push_back(std::move(opening));
   }
   if (auto differ = first_disagreement(openings))
-    return with_progress(*state.agent, [&] {
+    return with_progress(*state.plane, [&] {
       return explain_disagreement(*state.group, differ->first, differ->second, current, target, deadline);
     });
   return openings;
@@ -137,10 +146,16 @@ Result<std::vector<PublishedSums>> round_checksums(Migrator::State& state, const
   }
   Stopwatch phase;
   std::vector<std::string> blobs;
-  for (const LayerPlan* plan : changed) blobs.push_back(my_checksums(state, *plan, current));
+  for (const LayerPlan* plan : changed) {
+    auto blob = my_checksums(state, *plan, current);
+    if (!blob) return blob.status().with_context(fmt::format("digesting the rows peers read in layer {}",
+                                                            plan->layer));
+    blobs.push_back(std::move(blob).value());
+  }
   const std::string message = encode_opening(current, target, blobs);
-  const Deadline deadline = Deadline::after_seconds(seconds > 0 ? seconds : 15.0);
-  auto gathered = with_progress(*state.agent, [&] { return state.group->allgather(message, deadline); });
+  const Deadline deadline =
+      Deadline::after_seconds(seconds > 0 ? seconds : derive_deadlines(options, 0).collective_seconds);
+  auto gathered = with_progress(*state.plane, [&] { return state.group->allgather(message, deadline); });
   if (!gathered) return gathered.status();
   EPLB_ASSIGN_OR_RETURN(auto openings, open_round(state, *gathered, current, target, deadline));
   if (!changed.empty()) published[size_t(changed.front()->layer)].seconds = phase.seconds();
@@ -167,6 +182,7 @@ class LayerRun {
   Status run(const Result<LayerPlan>& planned, const PublishedSums& published, Placement& current,
              const Placement& target);
   LayerReport& report() { return report_; }
+  const std::string& operation() const { return operation_; }
 
  private:
   void record_plan(const LayerPlan& plan);
@@ -188,7 +204,10 @@ class LayerRun {
   LayerReport report_;
   double transfer_seconds_ = 0;
   double collective_seconds_ = 0;
+  double serving_wait_seconds_ = 0;
   std::string last_failure_;
+  int no_voter_ = -1;      // the first rank (another than this one, if any) that voted no
+  std::string operation_;  // what this rank was doing when the layer stopped the round
   std::vector<std::optional<uint64_t>> staged_sums_;
   std::shared_ptr<double> commit_seconds_ = std::make_shared<double>(0.0);
 };
@@ -209,11 +228,13 @@ void LayerRun::record_plan(const LayerPlan& plan) {
 Status LayerRun::lost(const Status& failure, const std::string& during) {
   report_.failure = failure.to_string();
   report_.failure_code = failure.code();
+  operation_ = during;
   return Status(failure.code(),
                 fmt::format("migration stopped on rank {} at layer {} ({}): {}; layer {} kept its old placement on "
                             "this rank (live weights and mapping untouched); layers committed to the new placement "
                             "this round: {}",
-                            state_.me(), layer_, during, failure.message(), layer_, layer_list(committed_)));
+                            state_.me(), layer_, during, failure.message(), layer_, layer_list(committed_)))
+      .with_peer(failure.peer());
 }
 
 // Why this rank stops the round at this vote: a stop request (a failed
@@ -229,9 +250,10 @@ Status LayerRun::stop_reason() const {
 // The sync vote, or (async) the vote that also fixes the commit step.
 Result<Ballots> LayerRun::cast_vote(const Status& outcome, bool stop) {
   const std::string my_reason = outcome.is_ok() ? std::string() : outcome.to_string();
-  return with_progress(*state_.agent, [&]() -> Result<Ballots> {
+  return with_progress(*state_.plane, [&]() -> Result<Ballots> {
     if (gate_)
-      return stepped_vote(*state_.group, *gate_, outcome.is_ok(), stop, my_reason, collective_seconds_, &commit_step_);
+      return stepped_vote(*state_.group, *gate_, outcome.is_ok(), stop, my_reason, collective_seconds_,
+                          serving_wait_seconds_, &commit_step_);
     return exchange_votes(*state_.group, outcome.is_ok(), stop, my_reason, Deadline::after_seconds(collective_seconds_));
   });
 }
@@ -265,10 +287,10 @@ Status LayerRun::commit(std::function<Status()> switch_layer, int64_t step) {
 std::function<Status()> LayerRun::switch_layer(const LayerPlan& plan, Placement& current, const Placement& target) {
   auto owned_plan = std::make_shared<const LayerPlan>(plan);
   auto seconds = commit_seconds_;
-  return [store = state_.store, owned_plan, sums = staged_sums_, swap = swap_, layer = layer_, me = state_.me(),
-          &current, &target, seconds] {
+  return [plane = state_.plane, store = state_.store, owned_plan, sums = staged_sums_, swap = swap_, layer = layer_,
+          me = state_.me(), &current, &target, seconds]() -> Status {
     Stopwatch commit_clock;
-    commit_layer(swap, *store, owned_plan->ranks[me], layer, sums);
+    EPLB_TRY(commit_layer(swap, *plane, *store, owned_plan->ranks[me], layer, sums));
     *seconds += commit_clock.seconds();
     return current.set_layer(layer, target, layer);
   };
@@ -282,7 +304,7 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
   const Status stop = stop_reason();
   if (!stop.is_ok()) outcome = stop;
   else if (outcome) {
-    AttemptContext context{*state_.agent, *state_.store, state_.ranks, plan, published, state_.me(), layer_,
+    AttemptContext context{*state_.plane, *state_.store, plan, published, state_.me(), layer_,
                            Deadline::after_seconds(transfer_seconds_), swap_, &report_, &staged_sums_};
     outcome = run_attempt(context);
   }
@@ -293,7 +315,8 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
   const std::vector<std::string>& reasons = vote->reasons;
   if (vote->stop_rank >= 0)
     return lost(error(Code::Aborted, fmt::format("rank {} stopped the round ({})", vote->stop_rank,
-                                                 reasons[size_t(vote->stop_rank)])),
+                                                 reasons[size_t(vote->stop_rank)]))
+                    .with_peer(vote->stop_rank),
                 fmt::format("voting on attempt {}", number + 1));
   if (vote->unanimous) {
     // Unanimous: every rank's reads of this layer have landed, so no peer
@@ -307,8 +330,10 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
     return Status::ok();
   }
   last_failure_.clear();
+  no_voter_ = -1;
   for (size_t r = 0; r < reasons.size(); ++r) {
     if (reasons[r].empty()) continue;
+    if (no_voter_ < 0 || no_voter_ == state_.me()) no_voter_ = int(r);
     std::string reason = reasons[r].size() > 700 ? reasons[r].substr(0, 700) + "..." : reasons[r];
     last_failure_ += fmt::format("{}rank {} voted no: {}", last_failure_.empty() ? "" : "; ", r, reason);
   }
@@ -324,9 +349,10 @@ Status LayerRun::run(const Result<LayerPlan>& planned, const PublishedSums& publ
   if (!planned) return planned.status().with_context(fmt::format("planning layer {}", layer_));
   const LayerPlan& plan = planned.value();
   record_plan(plan);
-  const LayerDeadlines deadlines = layer_deadlines(state_, options_, plan);
+  const Deadlines deadlines = layer_deadlines(state_, options_, plan);
   transfer_seconds_ = deadlines.transfer_seconds;
   collective_seconds_ = deadlines.collective_seconds;
+  serving_wait_seconds_ = deadlines.serving_wait_seconds;
   const auto& my_ops = plan.ranks[state_.me()].slots;
   swap_ = options_.commit == CommitMode::Swap &&
           std::any_of(my_ops.begin(), my_ops.end(), [](const SlotOp& op) { return op.action != SlotAction::Keep; });
@@ -337,12 +363,15 @@ Status LayerRun::run(const Result<LayerPlan>& planned, const PublishedSums& publ
   bool committed = false;
   for (int number = 0; number <= options_.retries && !committed; ++number)
     EPLB_TRY(attempt(plan, published, current, target, number, &committed));
-  if (!committed)
+  if (!committed) {
+    operation_ = "transfers and verification";
     return error(Code::Aborted,
                  fmt::format("layer {} aborted after {} attempt(s): {}. layer {} kept its old placement on every rank "
                              "(staging dropped, live weights and mapping untouched); layers committed to the new "
                              "placement this round: {}",
-                             layer_, options_.retries + 1, last_failure_, layer_, layer_list(committed_)));
+                             layer_, options_.retries + 1, last_failure_, layer_, layer_list(committed_)))
+        .with_peer(no_voter_);
+  }
   report_.committed = true;
   return Status::ok();
 }
@@ -370,19 +399,27 @@ RoundReport run_round(Migrator::State& state, const MigrateOptions& options, Pla
       plans.push_back(plan_layer(current.layer_phy2log(layer), target.layer_phy2log(layer), state.topology, layer));
     auto opened = round_checksums(state, options, plans, current, target);
     if (opened) published = std::move(opened).value();
-    else
+    else {
+      report.operation = "opening the round";
       report.status = Status(opened.status().code(),
                              fmt::format("migration stopped on rank {} before its first layer (opening the round: "
                                          "placement digests and checksums): {}; every layer kept its old placement "
                                          "on this rank",
-                                         state.me(), opened.status().message()));
+                                         state.me(), opened.status().message()))
+                          .with_peer(opened.status().peer());
+    }
   }
   std::vector<int> committed;
   for (int layer = 0; report.status.is_ok() && layer < state.topology.num_layers; ++layer) {
     Stopwatch layer_clock;
     LayerRun run(state, options, layer, committed, gate);
     report.status = run.run(plans[size_t(layer)], published[size_t(layer)], current, target);
+    if (!report.status.is_ok()) {
+      report.failed_layer = layer;
+      report.operation = run.operation();
+    }
     LayerReport& layer_report = run.report();
+    layer_report.plane = state.plane->name();
     layer_report.seconds = layer_clock.seconds();
     if (options.on_layer_done) options.on_layer_done(layer_report);
     if (layer_report.committed) committed.push_back(layer);

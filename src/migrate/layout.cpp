@@ -14,7 +14,9 @@
 namespace eplb {
 namespace {
 constexpr std::string_view kLayoutMagic = "EPLBLAYOUT";
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kMaxDims = 8;
+constexpr uint64_t kMaxDtype = 32;
 constexpr uint32_t kMaxLayers = 1u << 16;
 constexpr uint32_t kMaxTensors = 256;
 constexpr uint64_t kMaxName = 128;
@@ -90,6 +92,9 @@ std::string StoreLayout::encode() const {
     for (const auto& tensor : tensors) {
       writer.blob(tensor.name);
       writer.u64(tensor.bytes_per_expert);
+      writer.blob(tensor.dtype);
+      writer.u32(uint32_t(tensor.shape.size()));
+      for (int64_t extent : tensor.shape) writer.u64(uint64_t(extent));
     }
   }
   return writer.take();
@@ -121,12 +126,37 @@ Result<StoreLayout> StoreLayout::decode(std::string_view message) {
     for (auto& tensor : tensors) {
       tensor.name = std::string(reader.blob(kMaxName));
       tensor.bytes_per_expert = reader.u64();
+      tensor.dtype = std::string(reader.blob(kMaxDtype));
+      const uint32_t dims = reader.u32();
+      if (!reader.ok() || dims > kMaxDims) return bad("truncated tensor entry, or too many dimensions");
+      for (uint32_t d = 0; d < dims; ++d) {
+        const uint64_t extent = reader.u64();
+        if (extent > (uint64_t(1) << 40)) return bad(fmt::format("tensor '{}' has an extent of {}", tensor.name, extent));
+        tensor.shape.push_back(int64_t(extent));
+      }
       if (!reader.ok()) return bad("truncated tensor entry");
     }
   }
   if (!reader.at_end()) return bad("trailing bytes");
   if (Status valid = layout.validate(); !valid) return bad(valid.message());
   return layout;
+}
+
+namespace {
+// " (float32 [16, 32])", or "" when the engine gave neither.
+std::string element_words(const TensorSpec& tensor) {
+  if (tensor.dtype.empty() && tensor.shape.empty()) return "";
+  std::string text = tensor.dtype;
+  if (!tensor.shape.empty()) text += fmt::format("{}[{}]", text.empty() ? "" : " ", fmt::join(tensor.shape, ", "));
+  return " (" + text + ")";
+}
+}  // namespace
+
+std::string TensorSpec::describe() const {
+  std::string text = "'" + name + "'";
+  if (!dtype.empty()) text += " " + dtype;
+  if (!shape.empty()) text += fmt::format(" [{}]", fmt::join(shape, ", "));
+  return text + " (" + format_bytes(bytes_per_expert) + ")";
 }
 
 std::string StoreLayout::to_string() const {
@@ -178,9 +208,15 @@ Status check_layouts_agree(const std::vector<std::string>& encoded_layouts) {
         if (mine[t].bytes_per_expert != theirs[t].bytes_per_expert)
           return error(
               Code::Mismatch,
-              fmt::format("nbytes_per_expert mismatch: {} has {} tensor '{}' of {} B per expert, rank 0 has {} B; a "
-                          "READ of this expert's rows would copy the wrong number of bytes{}",
-                          rank, where, theirs[t].name, theirs[t].bytes_per_expert, mine[t].bytes_per_expert, hint));
+              fmt::format("nbytes_per_expert mismatch: {} has {} tensor '{}' of {} B per expert{}, rank 0 has {} "
+                          "B{}; a READ of this expert's rows would copy the wrong number of bytes{}",
+                          rank, where, theirs[t].name, theirs[t].bytes_per_expert, element_words(theirs[t]),
+                          mine[t].bytes_per_expert, element_words(mine[t]), hint));
+        if (mine[t].dtype != theirs[t].dtype || mine[t].shape != theirs[t].shape)
+          return error(Code::Mismatch,
+                       fmt::format("expert tensor mismatch: {} has {} tensor {}, rank 0 has {}: the same bytes would "
+                                   "be read as other values{}",
+                                   rank, where, theirs[t].describe(), mine[t].describe(), hint));
       }
     }
   }

@@ -11,7 +11,7 @@ namespace migrate {
 namespace {
 
 constexpr std::string_view kMapMagic = "EPLBMEMMAP";
-constexpr uint32_t kMapVersion = 2;
+constexpr uint32_t kMapVersion = 3;
 
 }  // namespace
 
@@ -21,53 +21,19 @@ std::string encode_map(const RankMap& map) {
   writer.u32(kMapVersion);
   writer.blob(map.setup_error);
   writer.blob(map.layout);
-  writer.blob(map.metadata);
-  writer.blob(map.agent_name);
   writer.u32(map.first_slot);
-  for (const auto* buffers : {&map.tensors, &map.spare_tensors}) {
-    writer.u32(uint32_t(buffers->size()));
-    for (const auto& layer : *buffers) {
-      writer.u32(uint32_t(layer.size()));
-      for (auto [address, stride] : layer) {
-        writer.u64(address);
-        writer.u64(stride);
-      }
-    }
-  }
+  writer.u32(map.has_spare ? 1 : 0);
+  writer.blob(map.plane);
+  writer.blob(map.digest_kind);
+  writer.blob(map.plane_blob);
   return writer.take();
-}
-
-namespace {
-
-// One buffer's [layer][tensor] -> (address, stride), checked.
-bool decode_buffer(bytes::Reader& reader, std::vector<std::vector<std::pair<uint64_t, uint64_t>>>& out) {
-  uint32_t layers = reader.u32();
-  if (!reader.ok() || layers > (1u << 16)) return false;
-  out.resize(layers);
-  for (auto& layer : out) {
-    uint32_t count = reader.u32();
-    if (!reader.ok() || count > 256) return false;
-    for (uint32_t t = 0; t < count; ++t) {
-      uint64_t address = reader.u64();
-      uint64_t stride = reader.u64();
-      layer.emplace_back(address, stride);
-    }
-    if (!reader.ok()) return false;
-  }
-  return true;
-}
-
-}  // namespace
-
-std::pair<uint64_t, uint64_t> source_tensor(const RankMap& map, int live, int layer, int tensor) {
-  return live == 1 ? map.spare_tensors[layer][tensor] : map.tensors[layer][tensor];
 }
 
 Result<RankMap> decode_map(std::string_view message, int rank) {
   bytes::Reader reader(message);
   auto bad = [&](std::string_view what) {
-    return error(Code::Mismatch, fmt::format("memory map from rank {} ({} bytes) is malformed at byte {}: {}", rank,
-                                             message.size(), reader.position(), what));
+    return error(Code::Mismatch, fmt::format("set-up message from rank {} ({} bytes) is malformed at byte {}: {}",
+                                             rank, message.size(), reader.position(), what));
   };
   if (!reader.expect(kMapMagic)) return bad("bad magic");
   uint32_t version = reader.u32();
@@ -76,12 +42,13 @@ Result<RankMap> decode_map(std::string_view message, int rank) {
   RankMap map;
   map.setup_error = std::string(reader.blob(1 << 16));
   map.layout = std::string(reader.blob(1 << 24));
-  map.metadata = std::string(reader.blob(1 << 26));
-  map.agent_name = std::string(reader.blob(256));
   map.first_slot = reader.u32();
-  if (!decode_buffer(reader, map.tensors)) return bad("truncated, or too many layers or tensors");
-  if (!decode_buffer(reader, map.spare_tensors)) return bad("spare buffers truncated, or too many layers or tensors");
-  if (!reader.at_end()) return bad("trailing bytes");
+  const uint32_t spare = reader.u32();
+  map.plane = std::string(reader.blob(64));
+  map.digest_kind = std::string(reader.blob(64));
+  map.plane_blob = std::string(reader.blob(1 << 27));
+  if (!reader.at_end() || spare > 1) return bad("truncated, oversized or trailing bytes");
+  map.has_spare = spare == 1;
   return map;
 }
 
@@ -100,7 +67,7 @@ std::string join_ints(const std::vector<int>& values, size_t limit) {
 
 namespace {
 
-// This rank's checks and registration, filling `mine`.
+// This rank's checks and its plane's set-up, filling `mine`.
 Status set_up_locally(Migrator::State& state, RankMap& mine) {
   const Topology& topology = state.topology;
   const ExpertStore& store = *state.store;
@@ -115,74 +82,37 @@ Status set_up_locally(Migrator::State& state, RankMap& mine) {
   if (store.first_slot() != me * topology.slots_per_rank())
     return error(Code::InvalidArgument, fmt::format("the expert store starts at slot {}, rank {} owns slots from {}",
                                                     store.first_slot(), me, me * topology.slots_per_rank()));
-  for (const auto& region : store.regions()) {
-    auto id = state.agent->register_memory(region);
-    if (!id) return id.status().with_context("registering " + format_bytes(region.length) + " of expert memory");
-    state.regions.push_back(*id);
-  }
-  auto metadata = state.agent->export_metadata();
-  if (!metadata) return metadata.status().with_context("exporting transfer metadata");
-  mine.metadata.assign(metadata->begin(), metadata->end());
-  for (int l = 0; l < store.layout().num_layers(); ++l) {
-    mine.tensors.emplace_back();
-    if (store.has_spare()) mine.spare_tensors.emplace_back();
-    for (int t = 0; t < state.tensors(l); ++t) {
-      auto address = [&](int buffer) { return reinterpret_cast<uint64_t>(store.buffer_row(l, buffer, 0, t)); };
-      mine.tensors.back().emplace_back(address(0), store.row_stride(l, t));
-      if (store.has_spare()) mine.spare_tensors.back().emplace_back(address(1), store.row_stride(l, t));
-    }
-  }
-  return check_commit_mode(state.options->commit, store);
-}
-
-// A peer's memory map against the local layout.
-Status check_map(const RankMap& map, int rank, const Topology& topology, const StoreLayout& layout) {
-  const std::string who = fmt::format("rank {}", rank);
-  if (map.first_slot != uint32_t(rank * topology.slots_per_rank()))
-    return error(Code::Mismatch, fmt::format("{} says its slots start at {}, expected {}", who, map.first_slot,
-                                             rank * topology.slots_per_rank()));
-  if (map.tensors.size() != layout.layers.size())
-    return error(Code::Mismatch, fmt::format("{} sent a memory map of {} layers, expected {}", who,
-                                             map.tensors.size(), layout.layers.size()));
-  if (!map.spare_tensors.empty() && map.spare_tensors.size() != layout.layers.size())
-    return error(Code::Mismatch, fmt::format("{} sent spare buffers for {} layers, expected {}", who,
-                                             map.spare_tensors.size(), layout.layers.size()));
-  for (size_t l = 0; l < map.tensors.size(); ++l)
-    if (map.tensors[l].size() != layout.layers[l].size() ||
-        (!map.spare_tensors.empty() && map.spare_tensors[l].size() != layout.layers[l].size()))
-      return error(Code::Mismatch, fmt::format("{} sent a memory map of layer {} with {} tensors, expected {}", who,
-                                               l, map.tensors[l].size(), layout.layers[l].size()));
+  EPLB_TRY(check_commit_mode(state.options->commit, store));
+  EPLB_ASSIGN_OR_RETURN(mine.plane_blob, state.plane->describe());
   return Status::ok();
 }
 
-// Loads a peer's metadata; for a peer the agent knows already (an earlier
-// Migrator on the same agents) this adds the regions it registered since.
-Status load_peer(xfer::Agent& agent, const RankMap& map, int rank) {
-  std::span<const uint8_t> metadata(reinterpret_cast<const uint8_t*>(map.metadata.data()), map.metadata.size());
-  auto name = agent.load_metadata(metadata);
-  if (!name) return name.status().with_context(fmt::format("loading the transfer metadata of rank {}", rank));
-  if (*name != map.agent_name)
-    return error(Code::Mismatch, fmt::format("rank {} announced agent '{}' but its metadata names '{}'", rank,
-                                             map.agent_name, *name));
-  return Status::ok();
-}
-
-// Decodes every rank's map, checks layouts and maps, loads the peers.
+// Every rank's set-up: the same layout, the same data plane and digest kind
+// (a rank digesting rows another way would fail every verification), a
+// slot range that is its own; then the plane connects to its peers.
 Status adopt_maps(Migrator::State& state, const std::vector<std::string>& gathered) {
-  std::vector<std::string> layouts;
+  std::vector<std::string> layouts, blobs;
   for (int r = 0; r < state.group->size(); ++r) {
     EPLB_ASSIGN_OR_RETURN(RankMap map, decode_map(gathered[r], r));
     if (!map.setup_error.empty())
-      return error(Code::Aborted, fmt::format("rank {} failed to set up: {}", r, map.setup_error));
+      return error(Code::Aborted, fmt::format("rank {} failed to set up: {}", r, map.setup_error)).with_peer(r);
     layouts.push_back(map.layout);
+    blobs.push_back(std::move(map.plane_blob));
     state.ranks.push_back(std::move(map));
   }
   EPLB_TRY(check_layouts_agree(layouts));
+  const RankMap& first = state.ranks[0];
   for (int r = 0; r < state.group->size(); ++r) {
-    EPLB_TRY(check_map(state.ranks[r], r, state.topology, state.store->layout()));
-    if (r != state.me()) EPLB_TRY(load_peer(*state.agent, state.ranks[r], r));
+    const RankMap& map = state.ranks[r];
+    if (map.plane != first.plane || map.digest_kind != first.digest_kind)
+      return error(Code::Mismatch, fmt::format("rank {} moves rows with data plane '{}' ({} digests), rank 0 with "
+                                               "'{}' ({} digests): every rank must use the same plane",
+                                               r, map.plane, map.digest_kind, first.plane, first.digest_kind));
+    if (map.first_slot != uint32_t(r * state.topology.slots_per_rank()))
+      return error(Code::Mismatch, fmt::format("rank {} says its slots start at {}, expected {}", r, map.first_slot,
+                                               r * state.topology.slots_per_rank()));
   }
-  return Status::ok();
+  return state.plane->connect(blobs, state.me()).with_context("connecting the data plane");
 }
 
 }  // namespace
@@ -190,10 +120,7 @@ Status adopt_maps(Migrator::State& state, const std::vector<std::string>& gather
 
 std::string_view commit_mode_name(CommitMode mode) { return mode == CommitMode::Swap ? "swap" : "copy"; }
 
-Migrator::~Migrator() {
-  if (state_ && state_->agent)
-    for (auto region : state_->regions) (void)state_->agent->deregister_memory(region);
-}
+Migrator::~Migrator() = default;
 
 Status Migrator::set_num_experts(int num_experts) {
   Topology changed = state_->topology;
@@ -206,12 +133,23 @@ Status Migrator::set_num_experts(int num_experts) {
 Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, xfer::Agent& agent, ExpertStore& store,
                                                    const Topology& topology, MigrateOptions options,
                                                    Deadline deadline) {
+  std::unique_ptr<DataPlane> plane = make_ucx_plane(agent, store);
+  DataPlane& borrowed = *plane;
+  auto created = create(group, borrowed, store, topology, std::move(options), deadline);
+  if (created) (*created)->state_->owned_plane = std::move(plane);
+  return created;
+}
+
+Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, DataPlane& plane, ExpertStore& store,
+                                                   const Topology& topology, MigrateOptions options,
+                                                   Deadline deadline) {
+  EPLB_TRY(validate_timeouts(options));
   std::unique_ptr<Migrator> migrator(new Migrator());
   migrator->options_ = std::move(options);
   migrator->state_ = std::make_unique<State>();
   State& state = *migrator->state_;
   state.group = &group;
-  state.agent = &agent;
+  state.plane = &plane;
   state.store = &store;
   state.topology = topology;
   state.options = &migrator->options_;
@@ -219,8 +157,10 @@ Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, xfer::Ag
   // with the same explanation.
   migrate::RankMap mine;
   mine.layout = store.layout().encode();
-  mine.agent_name = agent.name();
   mine.first_slot = uint32_t(store.first_slot());
+  mine.has_spare = store.has_spare();
+  mine.plane = plane.name();
+  mine.digest_kind = plane.digest_kind();
   Status local = migrate::set_up_locally(state, mine);
   if (!local) mine.setup_error = local.to_string();
   auto gathered = group.allgather(migrate::encode_map(mine), deadline);

@@ -1,6 +1,8 @@
 // migrator_state.h (internal) - what the Migrator keeps between calls and
 // the pieces of the per-layer protocol, shared by migrator.cpp (set-up),
-// layer_round.cpp (the per-layer loop) and layer_attempt.cpp (one attempt).
+// layer_round.cpp (the per-layer loop), layer_attempt.cpp (one attempt),
+// round_opening.cpp, vote.cpp and step_gate.cpp. Rows move through the
+// rank's DataPlane (eplb/data_plane.h), never here.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "eplb/data_plane.h"
 #include "eplb/migrate.h"
 #include "eplb/plan.h"
 
@@ -22,13 +25,13 @@ namespace eplb::migrate {
 
 // What one rank tells the others at set-up.
 struct RankMap {
-  std::string layout;    // StoreLayout::encode()
-  std::string metadata;  // xfer agent metadata
-  std::string agent_name;
+  std::string layout;  // StoreLayout::encode()
   uint32_t first_slot = 0;
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> tensors;  // [layer][tensor] -> (address, stride) of buffer 0
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> spare_tensors;  // the same of buffer 1 (none without spares)
-  std::string setup_error;  // non-empty: this rank failed locally before the exchange
+  bool has_spare = false;    // its store has spare buffers (the swap commit)
+  std::string plane;         // DataPlane::name()
+  std::string digest_kind;   // DataPlane::digest_kind()
+  std::string plane_blob;    // DataPlane::describe()
+  std::string setup_error;   // non-empty: this rank failed locally before the exchange
 };
 std::string encode_map(const RankMap& map);
 Result<RankMap> decode_map(std::string_view message, int rank);
@@ -49,12 +52,12 @@ std::string join_ints(const std::vector<int>& values, size_t limit = 12);
 // still working (more ranks than cores) do not take their CPU time with
 // wake-ups; the collective's end wakes it at once.
 template <typename Collective>
-auto with_progress(xfer::Agent& agent, Collective&& collective) {
+auto with_progress(DataPlane& plane, Collective&& collective) {
   constexpr auto kBusyPause = std::chrono::microseconds(20), kIdlePause = std::chrono::microseconds(500);
   auto pending = std::async(std::launch::async, std::forward<Collective>(collective));
   auto pause = kBusyPause;
   while (pending.wait_for(pause) != std::future_status::ready)
-    pause = agent.progress() ? kBusyPause : std::min(pause * 2, kIdlePause);
+    pause = plane.progress() ? kBusyPause : std::min(pause * 2, kIdlePause);
   return pending.get();
 }
 
@@ -99,15 +102,12 @@ std::optional<std::pair<int, int>> first_disagreement(const std::vector<RoundOpe
 // both experts.
 Status explain_disagreement(ProcessGroup& group, int rank, int layer, const Placement& current,
                             const Placement& target, Deadline deadline);
-// The address and stride of `rank`'s tensor in the buffer it published live.
-std::pair<uint64_t, uint64_t> source_tensor(const RankMap& map, int live, int layer, int tensor);
 
 // Everything one rank needs for one attempt of one layer, up to (not
 // including) the vote.
 struct AttemptContext {
-  xfer::Agent& agent;
+  DataPlane& plane;
   ExpertStore& store;
-  const std::vector<RankMap>& ranks;
   const LayerPlan& plan;
   const PublishedSums& published;
   int me;
@@ -117,18 +117,19 @@ struct AttemptContext {
   // buffer (READs, local copies and the rows that stay) instead of staging.
   bool swap;
   LayerReport* report;
-  // Out: XXH3 of every staged row, [local slot * tensors + tensor], where
-  // known (verified reads, copies of rows with a known checksum).
+  // Out: the digest of every staged row, [local slot * tensors + tensor],
+  // where known (verified reads, copies of rows with a known digest).
   std::vector<std::optional<uint64_t>>* staged_sums;
 };
 // Ok when every row this rank needs is in staging and verified; otherwise
 // the reason (also the rank's vote).
 Status run_attempt(const AttemptContext& context);
 // After a unanimous vote: every changed slot's live rows get their new
-// expert, and the store remembers their checksums (copy); or the spare
-// buffer becomes live (swap, the attempt's staged_sums cover every row).
-void commit_layer(bool swap, ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
-                  const std::vector<std::optional<uint64_t>>& staged_sums);
+// expert (the plane's commit), and the store remembers their digests
+// (copy); or the spare buffer becomes live (swap, the attempt's
+// staged_sums cover every row).
+Status commit_layer(bool swap, DataPlane& plane, ExpertStore& store, const RankLayerPlan& rank_plan, int layer,
+                    const std::vector<std::optional<uint64_t>>& staged_sums);
 
 // Where the progress thread of an AsyncMigration meets the serving thread
 // (step_gate.cpp). The serving thread advances the step and runs commits;
@@ -146,9 +147,9 @@ class StepGate {
   // Records and returns the step the vote carries: the serving thread's
   // current step, so it waits (at most `vote_seconds`) for the serving
   // thread's first commit_ready on this handle (steps need not start at 0).
-  // The serving thread waits for the result at most `vote_seconds` (+ a
-  // margin) past step + lead.
-  Result<int64_t> vote_cast(double vote_seconds);
+  // The serving thread waits for the result at most `serving_wait_seconds`
+  // (derive_deadlines) past step + lead.
+  Result<int64_t> vote_cast(double vote_seconds, double serving_wait_seconds);
   int lead() const { return lead_; }
   // Hands over the commit of `layer` at `step` (-1: at the next step, no
   // agreement needed) and waits until the serving thread ran it. Past the
@@ -175,7 +176,7 @@ class StepGate {
   std::condition_variable changed_;
   int64_t step_ = -1;
   std::optional<int64_t> cast_step_;  // a vote in flight, cast at this step
-  double vote_seconds_ = 0;
+  double serving_wait_seconds_ = 0;
   struct Pending {
     int layer = 0;
     int64_t step = -1;
@@ -217,7 +218,7 @@ class StopRequest {
 // current step (taken when the first phase is over, so a serving thread
 // never waits for a slower rank's transfers): *commit_step = max step + lead.
 Result<Ballots> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, bool stop, const std::string& reason,
-                             double vote_seconds, int64_t* commit_step);
+                             double vote_seconds, double serving_wait_seconds, int64_t* commit_step);
 
 // The layer loop of a round, shared by Migrator::migrate (gate == nullptr)
 // and the progress thread of an AsyncMigration.
@@ -230,10 +231,10 @@ namespace eplb {
 
 struct Migrator::State {
   ProcessGroup* group = nullptr;
-  xfer::Agent* agent = nullptr;
+  DataPlane* plane = nullptr;
+  std::unique_ptr<DataPlane> owned_plane;  // the ucx plane of Migrator::create over an agent
   ExpertStore* store = nullptr;
   Topology topology;
-  std::vector<xfer::RegionId> regions;
   std::vector<migrate::RankMap> ranks;  // indexed by rank
   const MigrateOptions* options = nullptr;  // the Migrator's
   migrate::StopRequest stop;                // Migrator::stop_at_next_vote

@@ -116,7 +116,8 @@ Status explain_disagreement(ProcessGroup& group, int rank, int layer, const Plac
                              "with a stale view of the placement in force?). Nothing was moved; every layer keeps "
                              "its old placement on every rank",
                              which == 0 ? "old" : "new", rank, theirs[which][size_t(slot)], layer, slot,
-                             reference[which][size_t(slot)]));
+                             reference[which][size_t(slot)]))
+        .with_peer(rank);
   }
   return error(Code::Mismatch, fmt::format("the ranks disagree about layer {}'s placements (rank {}'s digest differs "
                                            "from rank 0's, their rows do not); nothing was moved",

@@ -10,11 +10,10 @@ namespace eplb::migrate {
 namespace {
 
 constexpr std::string_view kStepMagic = "EPLBCOMMITSTEP";
-constexpr double kWaitMargin = 5.0;  // seconds the serving thread waits past the vote's deadline
 
 }  // namespace
 
-Result<int64_t> StepGate::vote_cast(double vote_seconds) {
+Result<int64_t> StepGate::vote_cast(double vote_seconds, double serving_wait_seconds) {
   std::unique_lock lock(mutex_);
   // Before the serving thread's first commit_ready on this handle its step
   // is unknown (a caller's steps run on across rounds): casting 0 would let
@@ -26,7 +25,7 @@ Result<int64_t> StepGate::vote_cast(double vote_seconds) {
                                             vote_seconds));
   if (closed_) return error(Code::Aborted, "the async migration was closed before its vote");
   cast_step_ = step_;
-  vote_seconds_ = vote_seconds;
+  serving_wait_seconds_ = serving_wait_seconds;
   return *cast_step_;
 }
 
@@ -109,12 +108,12 @@ bool StepGate::done() const {
 // commit step may be this one.
 Status StepGate::wait_for_result(std::unique_lock<std::mutex>& lock, int64_t step) {
   if (!cast_step_ || pending_ || step < *cast_step_ + lead_) return Status::ok();
-  const Deadline deadline = Deadline::after_seconds(vote_seconds_ + kWaitMargin);
+  const Deadline deadline = Deadline::after_seconds(serving_wait_seconds_);
   const bool known = changed_.wait_until(lock, deadline.at(), [&] { return !cast_step_ || pending_ || done_; });
   if (known) return Status::ok();
   failure_ = error(Code::Timeout, fmt::format("serving step {}: the vote cast at step {} has no result after {:.1f} s; "
                                               "this rank cannot know whether to commit",
-                                              step, *cast_step_, vote_seconds_ + kWaitMargin));
+                                              step, *cast_step_, serving_wait_seconds_));
   abort_ = true;
   return failure_;
 }
@@ -154,10 +153,10 @@ Result<std::vector<int>> StepGate::commit_ready(int64_t step, int max_layers) {
 namespace {
 
 // Phase 2 (after a unanimous yes): every rank's current step; C = max + D.
-Result<int64_t> agree_on_step(ProcessGroup& group, StepGate& gate, double vote_seconds) {
+Result<int64_t> agree_on_step(ProcessGroup& group, StepGate& gate, double vote_seconds, double serving_wait_seconds) {
   bytes::Writer writer;
   writer.raw(kStepMagic);
-  EPLB_ASSIGN_OR_RETURN(const int64_t my_step, gate.vote_cast(vote_seconds));
+  EPLB_ASSIGN_OR_RETURN(const int64_t my_step, gate.vote_cast(vote_seconds, serving_wait_seconds));
   writer.u64(uint64_t(my_step));
   auto gathered = group.allgather(writer.take(), Deadline::after_seconds(vote_seconds));
   if (!gathered) return gathered.status();
@@ -177,11 +176,11 @@ Result<int64_t> agree_on_step(ProcessGroup& group, StepGate& gate, double vote_s
 }  // namespace
 
 Result<Ballots> stepped_vote(ProcessGroup& group, StepGate& gate, bool yes, bool stop, const std::string& reason,
-                             double vote_seconds, int64_t* commit_step) {
+                             double vote_seconds, double serving_wait_seconds, int64_t* commit_step) {
   EPLB_ASSIGN_OR_RETURN(Ballots ballots,
                         exchange_votes(group, yes, stop, reason, Deadline::after_seconds(vote_seconds)));
   if (!ballots.unanimous) return ballots;
-  EPLB_ASSIGN_OR_RETURN(*commit_step, agree_on_step(group, gate, vote_seconds));
+  EPLB_ASSIGN_OR_RETURN(*commit_step, agree_on_step(group, gate, vote_seconds, serving_wait_seconds));
   return ballots;
 }
 

@@ -160,13 +160,18 @@ TEST(BootstrapMessage, VoteHelloAbortCodecs) {
   EXPECT_EQ(decode_hello(encode_hello({0, 1, {}})).status().code(), Code::ParseError);
   EXPECT_EQ(decode_hello(encode_hello({-3, 1, {}})).status().code(), Code::ParseError);
 
-  auto abort = decode_abort(encode_abort(error(Code::Timeout, "rank 3 silent")));
+  auto abort = decode_abort(encode_abort(error(Code::Timeout, "rank 3 silent").with_peer(3)));
   ASSERT_TRUE(abort.is_ok());
   EXPECT_EQ(abort->code, Code::Timeout);
   EXPECT_EQ(abort->message, "rank 3 silent");
+  EXPECT_EQ(abort->peer, 3);
+  EXPECT_EQ(abort->status().peer(), 3);
+  EXPECT_EQ(decode_abort(encode_abort(error(Code::Aborted, "x"))).value().peer, -1);
   EXPECT_EQ(decode_abort("").status().code(), Code::ParseError);
-  EXPECT_EQ(decode_abort(std::string("\0x", 2)).status().code(), Code::ParseError);
-  EXPECT_EQ(decode_abort(std::string("\x7fx", 2)).status().code(), Code::ParseError);
+  EXPECT_EQ(decode_abort(std::string("\x08\xff\xff\xff", 4)).status().code(), Code::ParseError);  // truncated
+  EXPECT_EQ(decode_abort(std::string("\0\xff\xff\xff\xffx", 6)).status().code(), Code::ParseError);
+  EXPECT_EQ(decode_abort(std::string("\x7f\xff\xff\xff\xffx", 6)).status().code(), Code::ParseError);
+  EXPECT_EQ(decode_abort(std::string("\x08\xfe\xff\xff\xffx", 6)).status().code(), Code::ParseError);  // peer -2
 }
 
 }  // namespace

@@ -20,36 +20,27 @@ import vllm_cases as cases
 from spawned import run_ranks
 
 
-@pytest.fixture
-def vllm_env(monkeypatch, tmp_path):
-    """The environment the spawned ranks inherit: vLLM's CPU platform, its IPC sockets in tmp_path."""
-    monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
-    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path))
-    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
-    monkeypatch.delenv("EPLB_VLLM_POLICY", raising=False)
-    monkeypatch.setenv("EPLB_VLLM_COMMUNICATOR", "torch_gloo")
-    return tmp_path
-
-
-@pytest.fixture(scope="module")
-def two(tmp_path_factory):
+def spawn_with_vllm(path, world, target, *args, timeout):
+    """run_ranks in the environment the ranks need: vLLM's CPU platform (VLLM_TARGET_DEVICE=cpu), its IPC
+    sockets under `path` (not /tmp), and eplb's vLLM plugin selecting its default policy (deepseek) and its
+    communicator for vLLM's torch_gloo backend when vLLM loads plugins."""
     with pytest.MonkeyPatch.context() as patch:
-        path = tmp_path_factory.mktemp("vllm2")
         patch.setenv("VLLM_TARGET_DEVICE", "cpu")
         patch.setenv("VLLM_RPC_BASE_PATH", str(path))
         patch.delenv("VLLM_PLUGINS", raising=False)
         patch.delenv("EPLB_VLLM_POLICY", raising=False)
         patch.setenv("EPLB_VLLM_COMMUNICATOR", "torch_gloo")
-        return run_ranks(path, 2, cases.two_ranks, timeout=240)
+        return run_ranks(path, world, target, *args, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    return spawn_with_vllm(tmp_path_factory.mktemp("vllm2"), 2, cases.two_ranks, timeout=240)
 
 
 @pytest.fixture(scope="module")
 def four(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        path = tmp_path_factory.mktemp("vllm4")
-        patch.setenv("VLLM_TARGET_DEVICE", "cpu")
-        patch.setenv("VLLM_RPC_BASE_PATH", str(path))
-        return run_ranks(path, 4, cases.four_ranks, timeout=300)
+    return spawn_with_vllm(tmp_path_factory.mktemp("vllm4"), 4, cases.four_ranks, timeout=300)
 
 
 def ok(result: dict):
@@ -90,13 +81,13 @@ def test_a_corrupted_row_raises_a_named_error_inside_vllms_call(request, world):
     outcomes = [ok(outcome["corrupt"]) for outcome in request.getfixturevalue({2: "two", 4: "four"}[world])]
     for outcome in outcomes:
         assert outcome["type"] == "MigrationError" and outcome["is_eplb_error"], outcome
-        assert outcome["layer"] == 0 and "checksum mismatch: expert" in outcome["message"], outcome
+        assert outcome["layer"] == 0 and "expert" in outcome["message"] and "rank" in outcome["message"], outcome
         assert outcome["seconds"] < outcome["bound"], outcome
         assert outcome["untouched"], "vLLM's move_from_buffer must not have run"
 
 
-def test_a_killed_rank_is_named_inside_vllms_call_within_the_timeout(vllm_env):
-    results = run_ranks(vllm_env, 2, cases.killed_rank, (2, 4, 8, 16), 1, timeout=180)
+def test_a_killed_rank_is_named_inside_vllms_call_within_the_timeout(tmp_path):
+    results = spawn_with_vllm(tmp_path, 2, cases.killed_rank, (2, 4, 8, 16), 1, timeout=180)
     assert results[1] != 0 and not isinstance(results[1], dict)  # the victim died
     outcome = results[0]
     assert outcome["type"] in ("PeerLostError", "TimeoutError"), outcome
@@ -121,9 +112,9 @@ def test_add_send_of_an_expert_not_held_raises_on_every_rank_and_the_next_execut
         result = ok(outcome["bad add_send"])
         error = result["error"]
         assert error is not None and error["is_eplb_error"], f"rank {rank}: {error}"
-        stranger = 2 * 2 - 1
-        assert f"add_send(expert {stranger}, dst_rank 1) on rank 0" in error["message"], error
-        assert "rank 0 does not hold that expert" in error["message"], error
+        stranger = 2 * 2 - 1  # held by rank 1 only
+        assert "add_send" in error["message"] and f"expert {stranger}" in error["message"], error
+        assert "on rank 0" in error["message"] and "does not hold" in error["message"], error
         assert result["next_execute_exact"], f"rank {rank}"
 
 

@@ -192,7 +192,8 @@ def corrupted_row(rank: int, world: int, shape) -> dict:
 
 def bad_add_send(rank: int, world: int) -> dict:
     """Issue 29 item 4: rank 0 queues an add_send of an expert it does not hold (per old_indices). Every
-    rank must raise eplb.Error naming rank 0 and the expert, and the next execute() must work."""
+    rank must raise eplb.Error naming rank 0 and the expert, and the next execute() must work. (First an
+    execute() with nothing queued anywhere, which must simply return.)"""
     import torch.distributed as dist
 
     import eplb
@@ -203,6 +204,8 @@ def bad_add_send(rank: int, world: int) -> dict:
     buffer = new_buffer(weights)
     comm = communicator(dist.group.WORLD, weights, buffer, timeout=3.0)
     stranger = logical - 1  # held by the last rank only
+    comm.set_transfer_context(old.numpy(), 0)
+    comm.execute()  # nothing queued on any rank: returns, and the collectives stay paired
     comm.set_transfer_context(old.numpy(), 0)
     if rank == 0:
         comm.add_send([w[0] for w in weights[0]], 1, stranger)

@@ -39,6 +39,7 @@ _FACTORY = "create_eplb_communicator"
 _FACTORY_MODULE = "vllm.distributed.eplb.eplb_communicator"
 _communicator_class = None
 _vllm_factory = None  # vLLM's own create_eplb_communicator while install() is in force
+_installed = None  # the factory install() put in its place
 
 
 def plugin() -> None:
@@ -97,7 +98,7 @@ def install(backends="all", *, timeout: float = 30.0, retries: int = 2, transpor
     module = _vllm_module(_FACTORY_MODULE)
     if module is None:
         raise Error("eplb.vllm.install(): vllm is not importable", "unsupported")
-    global _vllm_factory
+    global _vllm_factory, _installed
     original = _vllm_factory or getattr(module, _FACTORY)
     cls = communicator_class()
     options = {"timeout": timeout, "retries": retries, "transport": transport}
@@ -111,19 +112,18 @@ def install(backends="all", *, timeout: float = 30.0, retries: int = 2, transpor
         return cls(group_coordinator.cpu_group, expert_weights, expert_buffer, **options)
 
     create_eplb_communicator.__doc__ = f"vLLM's factory, with eplb's communicator for {', '.join(names)}."
-    _replace_factory(original, create_eplb_communicator)
-    _vllm_factory = original
+    _replace_factory(_installed or original, create_eplb_communicator)
+    _vllm_factory, _installed = original, create_eplb_communicator
     return names
 
 
 def uninstall() -> bool:
     """Puts vLLM's own create_eplb_communicator back everywhere install() replaced it; False if none was."""
-    global _vllm_factory
+    global _vllm_factory, _installed
     if _vllm_factory is None:
         return False
-    module = sys.modules[_FACTORY_MODULE]
-    _replace_factory(getattr(module, _FACTORY), _vllm_factory)
-    _vllm_factory = None
+    _replace_factory(_installed, _vllm_factory)
+    _vllm_factory = _installed = None
     return True
 
 

@@ -150,7 +150,9 @@ original = eplb_communicator.create_eplb_communicator
 out = {"before": eplb_state.create_eplb_communicator is original}
 out["installed"] = eplb.vllm.install(["torch_gloo", "nixl"])
 out["patched"] = [m.create_eplb_communicator is not original for m in (eplb_communicator, eplb_state)]
+first = eplb_state.create_eplb_communicator
 out["all"] = eplb.vllm.install("all")
+out["replaced"] = [m.create_eplb_communicator not in (original, first) for m in (eplb_communicator, eplb_state)]
 try:
     eplb.vllm.install(["eplb"])
 except eplb.Error as failure:
@@ -163,6 +165,7 @@ print(json.dumps(out))
     found = run_python(code)
     assert found["before"] and found["installed"] == ["nixl", "torch_gloo"] and found["patched"] == [True, True]
     assert found["all"] == ["nixl", "pynccl", "torch_gloo", "torch_nccl", "torch_xccl"], found
+    assert found["replaced"] == [True, True], found  # a second install() replaces the first
     assert found["bad"].startswith("install(): 'eplb' is not an EPLB communicator backend of vLLM"), found
     assert found["uninstalled"] and found["restored"] == [True, True] and found["again"] is False, found
 

@@ -11,8 +11,9 @@ eplb's C++ library from Python (docs/python.md):
 - compute_logical_maps: vLLM's semantics. balancedness, rank_loads: balance metrics.
 - plan_migration: what a change of placement moves (bytes kept / local / intra / inter node).
 - read_load, read_load_trace, read_placement: eplb's files.
-- eplb.vllm: vLLM's EplbPolicy contract and registry; eplb.sglang: SGLang's algorithm entry and
-  recorder dumps; eplb.plot: pictures (python3 -m eplb.plot).
+- eplb.vllm: vLLM's policy and communicator contracts, its general plugin (EPLB_VLLM_POLICY,
+  EPLB_VLLM_COMMUNICATOR) and install(); eplb.sglang: SGLang's algorithm entry and recorder dumps;
+  eplb.plot: pictures (python3 -m eplb.plot).
 - Migrator: moves an engine's own expert tensors between ranks over torch.distributed (or eplb's
   bootstraps: ProcessGroup.from_env), verified, layer by layer; empty / empty_like: tensors in
   transfer-layer memory (the zero-copy path). Migrator.start: the same round overlapped with

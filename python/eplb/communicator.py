@@ -12,10 +12,17 @@ received row is verified, and a unanimous vote ends it, which is the fence (no r
 weights before every peer's reads have landed). A failed attempt is retried with fresh requests;
 after the last one every rank raises eplb.MigrationError (TimeoutError, PeerLostError when the group
 itself fails) naming the layer, the ranks and what failed; the buffer then holds no verified rows.
+A bad add_send or add_recv (an expert its source does not hold in old_indices, a rank outside the
+group, tensors of the wrong size) is not raised where it is made: it travels in execute()'s first
+collective, and every rank raises eplb.MigrationError naming the rank, the call and the expert, with
+nothing transferred; the collectives stay paired, so the next execute() works. execute() with nothing
+queued on any rank ends after that one collective (a rank cannot skip it alone: the others' collective
+would pair with its next call).
 """
 from __future__ import annotations
 
 import json
+import operator
 import os
 import socket
 import threading
@@ -67,7 +74,7 @@ class EplbCommunicator:
         for rank, peer in enumerate(self._peers):
             if rank != self._rank:
                 self._agent.add_remote_agent(bytes.fromhex(peer["metadata"]))
-        self._sends, self._recvs = [], []
+        self._sends, self._recvs, self._problems = [], [], []
         self._layer, self._old = None, None
 
     # ---------------------------------------------------------------- contract
@@ -92,15 +99,30 @@ class EplbCommunicator:
         self._layer, self._old = int(layer_idx), old
 
     def add_send(self, tensors, dst_rank: int, expert_id: int) -> None:
-        """Records that dst_rank reads expert_id from this rank (receivers READ; nothing is posted)."""
-        self._sends.append((self._check_rank(dst_rank), int(expert_id)))
+        """Records that dst_rank reads expert_id from this rank (receivers READ; nothing is posted).
+
+        A bad call is reported by the next execute(), on every rank (see the module's docstring)."""
+        call = f"add_send(expert {expert_id}, dst_rank {dst_rank}) on rank {self._rank}"
+        dst_rank, expert_id = _index(dst_rank), _index(expert_id)
+        problem = self._rank_problem(dst_rank) or self._held_problem(self._rank, expert_id)
+        if problem:
+            self._problems.append(f"{call}: {problem}")
+        else:
+            self._sends.append((dst_rank, expert_id))
 
     def add_recv(self, tensors, src_rank: int, expert_id: int) -> None:
-        """Records that `tensors` (buffer rows, one per weight tensor) receive expert_id from src_rank."""
+        """Records that `tensors` (buffer rows, one per weight tensor) receive expert_id from src_rank.
+
+        A bad call is reported by the next execute(), on every rank (see the module's docstring)."""
         tensors = list(tensors)
-        if len(tensors) != len(self._buffer):
-            raise Error(f"add_recv: {len(tensors)} tensors for expert {expert_id}, the layer has {len(self._buffer)}")
-        self._recvs.append((tensors, self._check_rank(src_rank), int(expert_id)))
+        call = f"add_recv(expert {expert_id}, src_rank {src_rank}) on rank {self._rank}"
+        src_rank, expert_id = _index(src_rank), _index(expert_id)
+        problem = (self._rank_problem(src_rank) or self._held_problem(src_rank, expert_id)
+                   or self._rows_problem(tensors, src_rank))
+        if problem:
+            self._problems.append(f"{call}: {problem}")
+        else:
+            self._recvs.append((tensors, src_rank, expert_id))
 
     def execute(self) -> None:
         """Collective: runs the recorded sends and recvs of the layer (see the module's docstring)."""
@@ -109,6 +131,8 @@ class EplbCommunicator:
         started = time.monotonic()
         try:
             published = self._publish_checksums()
+            if published is None:
+                return  # nothing queued on any rank
             failures = []
             for attempt in range(self._retries + 1):
                 failure = self._attempt(published)
@@ -129,15 +153,36 @@ class EplbCommunicator:
                        rank=self._rank, peer=_first_rank([str(failure)], self._rank), operation="collective",
                        state=f"layer {self._layer} keeps its old weights", elapsed_s=time.monotonic() - started) from None
         finally:
-            self._sends, self._recvs = [], []
+            self._sends, self._recvs, self._problems = [], [], []
 
     # ---------------------------------------------------------------- inside
 
-    def _check_rank(self, rank: int) -> int:
-        rank = int(rank)
-        if not 0 <= rank < self._size or rank == self._rank:
-            raise Error(f"peer rank {rank} is not another rank of the group [0, {self._size})")
-        return rank
+    def _rank_problem(self, rank) -> str:
+        """Why `rank` (an int or None) cannot be this rank's peer, or ""."""
+        if rank is None or not 0 <= rank < self._size or rank == self._rank:
+            return f"the peer is not another rank of the group [0, {self._size})"
+        return ""
+
+    def _held_problem(self, rank: int, expert) -> str:
+        """Why `rank` cannot be the source of `expert` (an int or None) in the layer's old_indices, or ""."""
+        if self._old is None:
+            return "no transfer context: call set_transfer_context(old_indices, layer_idx) first"
+        slots = len(self._weights[0][0])
+        if expert is None or not np.any(self._old[rank * slots:(rank + 1) * slots] == expert):
+            return f"rank {rank} does not hold that expert in old_indices of layer {self._layer}"
+        return ""
+
+    def _rows_problem(self, tensors, src: int) -> str:
+        """Why `tensors` cannot receive one row of each of src's tensors of the layer, or ""."""
+        rows = self._peers[src]["weights"][self._layer]
+        if len(tensors) != len(rows):
+            return f"{len(tensors)} tensors, the layer has {len(rows)}"
+        for t, (tensor, (_, size)) in enumerate(zip(tensors, rows)):
+            nbytes = tensor.numel() * tensor.element_size()
+            if not tensor.is_contiguous() or nbytes != size:
+                return (f"tensor {t} holds {nbytes} B (contiguous: {tensor.is_contiguous()}); rank {src}'s rows are "
+                        f"{size} B")
+        return ""
 
     def _register(self) -> str:
         """Registers every weight tensor and the buffer; the reason this rank cannot take part, or ""."""
@@ -172,13 +217,22 @@ class EplbCommunicator:
             raise Error(f"layer {self._layer}: rank {rank} does not hold expert {expert} in old_indices")
         return int(held[0])
 
-    def _publish_checksums(self) -> list[dict]:
+    def _publish_checksums(self) -> list[dict] | None:
+        """Every rank's {expert: checksums} of the rows its peers read; None when no rank queued anything.
+        The same collective carries each rank's bad calls: any raises on every rank, nothing moved."""
         mine = {}
         for _, expert in self._sends:
             row = self._source_row(self._rank, expert)
             mine[str(expert)] = [_eplb.checksum(address + row * size, size)
                                  for address, size in (_rows(t) for t in self._weights[self._layer])]
-        return [json.loads(item) for item in self._allgather(json.dumps(mine).encode())]
+        message = {"sums": mine, "recvs": len(self._recvs), "problems": self._problems}
+        gathered = [json.loads(item) for item in self._allgather(json.dumps(message).encode())]
+        problems = [problem for item in gathered for problem in item["problems"]]
+        if problems:
+            raise Error(f"{'; '.join(problems)}. Nothing was transferred", "invalid argument")
+        if not any(item["sums"] or item["recvs"] for item in gathered):
+            return None
+        return [item["sums"] for item in gathered]
 
     def _attempt(self, published) -> str:
         """One round of READs (one per source peer) and checks; "" or why it failed."""
@@ -200,9 +254,6 @@ class EplbCommunicator:
         for tensors, expert in recvs:
             row = self._source_row(src, expert)
             for tensor, (address, size) in zip(tensors, self._peers[src]["weights"][self._layer]):
-                if not tensor.is_contiguous() or tensor.numel() * tensor.element_size() != size:
-                    raise Error(f"add_recv: a tensor of expert {expert} holds {tensor.numel() * tensor.element_size()}"
-                                f" B (contiguous: {tensor.is_contiguous()}); rank {src}'s rows are {size} B")
                 local.append((tensor.data_ptr(), size, 0))
                 remote.append((address + row * size, size, 0))
         local_handle = self._agent.prep_xfer_dlist(NIXL_INIT_AGENT, local)
@@ -261,6 +312,14 @@ class EplbCommunicator:
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
+
+
+def _index(value):
+    """`value` as an int (Python, numpy or torch integers), or None when it is not one."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _first_rank(texts, me: int):

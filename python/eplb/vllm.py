@@ -1,4 +1,4 @@
-"""eplb's policies behind vLLM's EPLB policy contract (vllm/distributed/eplb/policy).
+"""eplb's policies and communicator in vLLM (vllm/distributed/eplb), and the hooks that select them.
 
 Contract: `EplbPolicy` has the interface of vLLM's `DefaultEplbPolicy`:
 `rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_ranks,
@@ -7,13 +7,17 @@ int64 CPU tensor [layers, num_replicas]. It runs the hierarchical variant
 when num_groups % num_nodes == 0, else the global one with (1, 1, num_ranks),
 as vLLM does; with old indices given, experts that stay on a rank keep their
 old slots (`preserve_intragpu_slots`, vLLM's semantics). The computation is
-eplb's C++ `deepseek` policy (DeepSeek's algorithm with a stable tie order;
-vLLM's numpy port may order equal loads differently). Subclasses do the
-same with eplb's other policies; `make_policy` binds options. `register()`
-adds them to vLLM's `EPLB_POLICIES` when vllm is importable. Bad input
-raises eplb.Error (a ValueError) where vLLM would assert.
+eplb's C++ `deepseek` policy (DeepSeek's algorithm with a stable tie order and
+float32 sums; vLLM's numpy port may decide ties differently: docs/python.md).
+Subclasses do the same with eplb's other policies; `make_policy` binds options.
+`register(policy)` points vLLM's "default" entry of `EPLB_POLICIES` (the only
+name vLLM's `EPLBConfig.policy` accepts) at an eplb policy. Bad input raises
+eplb.Error (a ValueError) where vLLM would assert.
 `EplbCommunicator` is vLLM's EPLB communicator contract over eplb's transfer agent
-(eplb/communicator.py).
+(eplb/communicator.py), a subclass of vLLM's abstract class when vllm is importable
+(resolved on first access, since importing vLLM takes seconds).
+`plugin` (vLLM's `vllm.general_plugins` entry point), `install` and `uninstall`
+(vLLM's communicator factory): eplb/vllm_integration.py.
 torch is needed to call these (vLLM has it); importing this module is not.
 """
 import importlib
@@ -21,10 +25,11 @@ import importlib
 from eplb import _arrays, _eplb
 from eplb.errors import Error
 from eplb.policy import policies, rebalance_experts
-from eplb.communicator import EplbCommunicator
+from eplb.vllm_integration import install, plugin, uninstall
 
 __all__ = ["EplbPolicy", "RelabelEplbPolicy", "IncrementalEplbPolicy", "BalancedEplbPolicy", "make_policy",
-           "register", "preserve_intragpu_slots", "REGISTRY_NAMES", "EplbCommunicator"]
+           "register", "preserve_intragpu_slots", "POLICY_CLASSES", "EplbCommunicator", "plugin", "install",
+           "uninstall"]
 
 _REGISTRY_MODULE = "vllm.distributed.eplb.policy"
 
@@ -99,13 +104,10 @@ class BalancedEplbPolicy(EplbPolicy):
     policy = "balanced"
 
 
-_CLASSES = {"deepseek": EplbPolicy, "relabel": RelabelEplbPolicy, "incremental": IncrementalEplbPolicy,
-            "balanced": BalancedEplbPolicy}
+#: eplb policy name -> the class with vLLM's contract that runs it.
+POLICY_CLASSES = {"deepseek": EplbPolicy, "relabel": RelabelEplbPolicy, "incremental": IncrementalEplbPolicy,
+                  "balanced": BalancedEplbPolicy}
 _OPTIONS = ("threads", "budget", "anti_affinity", "min_gain", "estimator", "move_threshold")
-
-#: names register() adds to vLLM's EPLB_POLICIES, and the eplb policy behind each.
-REGISTRY_NAMES = {"eplb": "deepseek", "eplb_relabel": "relabel", "eplb_incremental": "incremental",
-                  "eplb_balanced": "balanced"}
 
 
 def make_policy(name="deepseek", **options) -> type:
@@ -114,34 +116,44 @@ def make_policy(name="deepseek", **options) -> type:
     Options are keyword arguments of eplb.rebalance_experts: threads, budget, anti_affinity, min_gain,
     estimator, move_threshold. Example: make_policy("incremental", budget=0.05).
     """
-    if name not in _CLASSES:
+    if name not in POLICY_CLASSES:
         raise Error(f"unknown policy {name!r} (known: {', '.join(policies())})")
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise Error(f"unknown option(s) {', '.join(unknown)} (known: {', '.join(_OPTIONS)})")
-    base = _CLASSES[name]
+    base = POLICY_CLASSES[name]
     return type(base.__name__, (base,), {"options": dict(options), "__module__": __name__})
 
 
-def register(default=None) -> list:
-    """Adds eplb's policies to vLLM's policy registry, when vllm is importable.
+def register(policy="deepseek") -> list:
+    """Points vLLM's "default" policy at eplb's, when vllm is importable.
 
-    Adds "eplb", "eplb_relabel", "eplb_incremental" and "eplb_balanced" to
-    vllm.distributed.eplb.policy.EPLB_POLICIES. With `default` (an eplb policy name, or a class from
-    make_policy), also points vLLM's "default" entry at it, so a stock EPLB config uses eplb.
+    vLLM's `EPLBConfig.policy` accepts only the names of its Literal ("default" in vllm 0.33.0) and
+    `EplbState.add_model` looks that name up in `vllm.distributed.eplb.policy.EPLB_POLICIES`, so the
+    "default" entry is the one a vLLM config can select (and the only one async EPLB runs). vLLM's
+    general plugin (`plugin`, from EPLB_VLLM_POLICY) calls this in every vLLM process; call it yourself
+    before vLLM builds its EplbState otherwise.
+
+    Args:
+        policy: an eplb policy name (deepseek, relabel, incremental, balanced), or a class from make_policy.
 
     Returns:
-        the registry names added or replaced; [] when vllm cannot be imported.
+        ["default"], or [] when vllm cannot be imported.
     """
+    chosen = policy if isinstance(policy, type) else make_policy(policy)
     try:
         registry = importlib.import_module(_REGISTRY_MODULE).EPLB_POLICIES
-    except ImportError:
-        return []
-    names = []
-    for registry_name, policy_name in REGISTRY_NAMES.items():
-        registry[registry_name] = _CLASSES[policy_name]
-        names.append(registry_name)
-    if default is not None:
-        registry["default"] = default if isinstance(default, type) else make_policy(default)
-        names.append("default")
-    return names
+    except ModuleNotFoundError as missing:
+        if missing.name and missing.name.split(".")[0] == "vllm":
+            return []
+        raise
+    registry["default"] = chosen
+    return ["default"]
+
+
+def __getattr__(name):
+    if name == "EplbCommunicator":  # resolved on first use: it imports vLLM when vLLM is there
+        from eplb.vllm_integration import communicator_class
+
+        return communicator_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

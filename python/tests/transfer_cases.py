@@ -1,100 +1,19 @@
-"""What each rank of the eplb.vllm.EplbCommunicator and eplb.nixl tests runs (spawned ranks).
+"""What each rank of the eplb.nixl test runs (spawned ranks).
 
-The communicator harness drives it the way vLLM's rebalance_execute does: move_to_buffer (local
-copies into the buffer, set_transfer_context, sends and recvs, execute) then move_from_buffer
-(buffer into the weights, duplicate replicas filled). The NIXL script uses only eplb.nixl, in the
-order vLLM's NIXL communicator does: register, exchange metadata, prepare lists, READ, poll, release.
+The NIXL script uses only eplb.nixl, in the order vLLM's NIXL communicator does: register, exchange
+metadata, prepare lists, READ, poll, release. (eplb.vllm.EplbCommunicator is driven by the real vLLM's
+rebalance_execute in test_vllm_communicator.py.)
 """
 from __future__ import annotations
 
 import json
 import os
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 import eplb
 import eplb.nixl as nixl
-from migration_cases import TENSORS, fill, make_weights, mismatches, random_placement
-
-
-def move_to_buffer(communicator, weights, buffer, old, new, layer: int, rank: int, world: int) -> list:
-    """Returns, per local slot, where its new content comes from: None (kept), or the buffer row."""
-    slots = weights[0].shape[0]
-    mine = range(rank * slots, (rank + 1) * slots)
-    plan, received = [], {}
-    for i, slot in enumerate(mine):
-        expert = int(new[slot])
-        local = [j for j, s in enumerate(mine) if int(old[s]) == expert]
-        if int(old[slot]) == expert:
-            plan.append(None)
-        elif local:
-            for w, b in zip(weights, buffer):
-                b[i].copy_(w[local[0]])
-            plan.append(i)
-        elif expert in received:
-            plan.append(received[expert])  # a duplicate replica: filled from the first copy
-        else:
-            received[expert] = i
-            plan.append(i)
-    communicator.set_transfer_context(old, layer)
-    for i, expert in ((row, expert) for expert, row in received.items()):
-        src = source_rank(old, expert, slots, world)
-        communicator.add_recv([b[i] for b in buffer], src, expert)
-    for dst in range(world):
-        if dst == rank:
-            continue
-        for expert in needed_by(old, new, dst, slots):
-            if source_rank(old, expert, slots, world) == rank:
-                communicator.add_send([w[0] for w in weights], dst, expert)
-    communicator.execute()
-    return plan
-
-
-def source_rank(old, expert: int, slots: int, world: int) -> int:
-    return min(int(s) // slots for s in np.nonzero(old == expert)[0])
-
-
-def needed_by(old, new, rank: int, slots: int) -> list[int]:
-    mine = range(rank * slots, (rank + 1) * slots)
-    held = {int(old[s]) for s in mine}
-    return sorted({int(new[s]) for s in mine} - held)
-
-
-def move_from_buffer(weights, buffer, plan) -> None:
-    for i, row in enumerate(plan):
-        if row is not None:
-            for w, b in zip(weights, buffer):
-                w[i].copy_(b[row])
-
-
-def communicator_harness(rank: int, world: int) -> dict:
-    layers, slots, experts = 3, 4, 2 * world + 1
-    rng = np.random.default_rng(3)
-    old = random_placement(rng, layers, slots * world, experts)
-    new = random_placement(rng, layers, slots * world, experts)
-    weights = make_weights(layers, slots, "plain")
-    fill(weights, old, rank)
-    buffer = [torch.empty((slots, *shape), dtype=dtype) for shape, dtype in TENSORS]
-    communicator = eplb.vllm.EplbCommunicator(dist.group.WORLD, weights, buffer, timeout=10)
-    for layer in range(layers):
-        plan = move_to_buffer(communicator, weights[layer], buffer, old[layer], new[layer], layer, rank, world)
-        move_from_buffer(weights[layer], buffer, plan)
-    outcome = {"wrong": mismatches(weights, new, rank), "reserve": communicator.needs_profile_buffer_reservation}
-    # A layer whose source rows are corrupted in flight: every rank raises, naming it.
-    os.environ["EPLB_NIXL_INJECT"] = "corrupt=1.0,seed=1"
-    faulty = eplb.vllm.EplbCommunicator(dist.group.WORLD, weights, buffer, timeout=5, retries=1)
-    del os.environ["EPLB_NIXL_INJECT"]
-    before = [w.clone() for w in weights[0]]
-    try:
-        move_to_buffer(faulty, weights[0], buffer, new[0], old[0], 0, rank, world)
-        outcome["fault"] = None
-    except eplb.MigrationError as failure:
-        outcome["fault"] = {"type": type(failure).__name__, "message": str(failure), "layer": failure.layer}
-    outcome["weights_untouched"] = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
-                                       for a, b in zip(before, weights[0]))
-    return outcome
 
 
 def nixl_script(rank: int, world: int) -> dict:

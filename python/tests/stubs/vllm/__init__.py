@@ -1,1 +1,0 @@
-"""Test stub of vLLM (see ../README.md): not vLLM."""

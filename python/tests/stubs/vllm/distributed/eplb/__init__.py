@@ -1,1 +1,0 @@
-"""Test stub of vllm.distributed.eplb (see ../../../README.md)."""

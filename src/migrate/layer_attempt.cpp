@@ -132,12 +132,11 @@ Status post_read(const AttemptContext& context, const ReadRequest& request, cons
   return Status::ok();
 }
 
-// 1. READs into staging: one request per source rank.
-Status post_reads(const AttemptContext& context, PostedReads& posted) {
+// 1. READs into staging: one request per source rank (of one schedule round).
+Status post_reads(const AttemptContext& context, std::span<const ReadRequest> requests, PostedReads& posted) {
   std::map<int, int> slot_expert;
   for (const auto& op : context.plan.ranks[context.me].slots) slot_expert[op.slot] = op.expert;
-  for (const auto& request : context.plan.ranks[context.me].reads)
-    EPLB_TRY(post_read(context, request, slot_expert, posted));
+  for (const auto& request : requests) EPLB_TRY(post_read(context, request, slot_expert, posted));
   return Status::ok();
 }
 
@@ -260,9 +259,18 @@ Status run_attempt(const AttemptContext& context) {
   LandedSums landed;
   {
     PostedReads posted{context.agent, {}};
-    EPLB_TRY(post_reads(context, posted));
-    copy_locally(context);
-    EPLB_TRY(wait_reads(context, posted));
+    if (!context.read_rounds) {
+      EPLB_TRY(post_reads(context, context.plan.ranks[context.me].reads, posted));
+      copy_locally(context);
+      EPLB_TRY(wait_reads(context, posted));
+    } else {  // [issue 31] round by round, each after this rank's previous one landed
+      for (size_t round = 0; round < context.read_rounds->size(); ++round) {
+        EPLB_TRY(post_reads(context, (*context.read_rounds)[round], posted));
+        if (round == 0) copy_locally(context);
+        EPLB_TRY(wait_reads(context, posted));
+      }
+      if (context.read_rounds->empty()) copy_locally(context);
+    }
     landed = landed_sums(context, posted);
   }
   context.report->seconds_transfer += phase.seconds();

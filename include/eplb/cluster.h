@@ -94,6 +94,20 @@ struct MigrationCost {
 Result<MigrationCost> migration_cost(const Placement& before, const Placement& after, const Topology& topology,
                                      const ClusterSpec& cluster, double bytes_per_expert);
 
+// One layer's price as the cost-aware policy weighs it, without the fluid
+// model (fast enough for many candidates per layer): its lower bound plus
+// the overhead when it changes (the schedule and the fluid model land
+// within a few percent of the bound, docs/scale.md), and its stall per
+// commit mode (serving_stall's rules).
+struct LayerPrice {
+  bool changed = false;
+  double seconds = 0;
+  double stall_copy = 0;
+  double stall_swap = 0;
+};
+LayerPrice layer_price(const LayerPlan& plan, const Topology& topology, const ClusterSpec& cluster,
+                       double bytes_per_expert);
+
 // The fluid model alone, for one layer plan: all reads at once
 // (`rounds` == nullptr) or each receiver's schedule rounds in order.
 double fluid_layer_seconds(const LayerPlan& plan, const Topology& topology, const LinkBandwidths& links,

@@ -23,7 +23,8 @@ from eplb.errors import Error
 from eplb.policy import policies, rebalance_experts
 from eplb.communicator import EplbCommunicator
 
-__all__ = ["EplbPolicy", "RelabelEplbPolicy", "IncrementalEplbPolicy", "BalancedEplbPolicy", "make_policy",
+__all__ = ["EplbPolicy", "RelabelEplbPolicy", "IncrementalEplbPolicy", "BalancedEplbPolicy", "CostAwareEplbPolicy",
+           "make_policy",
            "register", "preserve_intragpu_slots", "REGISTRY_NAMES", "EplbCommunicator"]
 
 _REGISTRY_MODULE = "vllm.distributed.eplb.policy"
@@ -60,9 +61,10 @@ class EplbPolicy:
         relabel and incremental start from it, and experts that stay on a rank keep their old slots.
         """
         torch = importlib.import_module("torch")
-        groups, nodes = (num_groups, num_nodes) if _divides(num_nodes, num_groups) else (1, 1)
+        global_nodes = num_nodes if cls.policy == "cost-aware" else 1  # cost-aware's hosts price its moves
+        groups, nodes = (num_groups, num_nodes) if _divides(num_nodes, num_groups) else (1, global_nodes)
         current = None
-        if old_global_expert_indices is not None and cls.policy in ("relabel", "incremental"):
+        if old_global_expert_indices is not None and cls.policy in ("relabel", "incremental", "cost-aware"):
             current = old_global_expert_indices
         phy2log, _, _ = rebalance_experts(_arrays.loads("weight", weight), num_replicas, groups, nodes, num_ranks,
                                           policy=cls.policy, current=current, **cls.options)
@@ -99,20 +101,29 @@ class BalancedEplbPolicy(EplbPolicy):
     policy = "balanced"
 
 
+class CostAwareEplbPolicy(EplbPolicy):
+    """The moves from the old placement that serve the most tokens until the next rebalance, net of the
+    migration's stall (options: cluster, interval_s, bytes_per_expert, stall_mode; docs/scale.md)."""
+
+    policy = "cost-aware"
+
+
 _CLASSES = {"deepseek": EplbPolicy, "relabel": RelabelEplbPolicy, "incremental": IncrementalEplbPolicy,
-            "balanced": BalancedEplbPolicy}
-_OPTIONS = ("threads", "budget", "anti_affinity", "min_gain", "estimator", "move_threshold")
+            "balanced": BalancedEplbPolicy, "cost-aware": CostAwareEplbPolicy}
+_OPTIONS = ("threads", "budget", "anti_affinity", "min_gain", "estimator", "move_threshold", "cluster", "interval_s",
+            "bytes_per_expert", "stall_mode")
 
 #: names register() adds to vLLM's EPLB_POLICIES, and the eplb policy behind each.
 REGISTRY_NAMES = {"eplb": "deepseek", "eplb_relabel": "relabel", "eplb_incremental": "incremental",
-                  "eplb_balanced": "balanced"}
+                  "eplb_balanced": "balanced", "eplb_cost_aware": "cost-aware"}
 
 
 def make_policy(name="deepseek", **options) -> type:
     """A policy class with vLLM's contract for eplb policy `name`, with options bound.
 
     Options are keyword arguments of eplb.rebalance_experts: threads, budget, anti_affinity, min_gain,
-    estimator, move_threshold. Example: make_policy("incremental", budget=0.05).
+    estimator, move_threshold, cluster, interval_s, bytes_per_expert, stall_mode. Example:
+    make_policy("incremental", budget=0.05), make_policy("cost-aware", interval_s=300).
     """
     if name not in _CLASSES:
         raise Error(f"unknown policy {name!r} (known: {', '.join(policies())})")
@@ -126,7 +137,7 @@ def make_policy(name="deepseek", **options) -> type:
 def register(default=None) -> list:
     """Adds eplb's policies to vLLM's policy registry, when vllm is importable.
 
-    Adds "eplb", "eplb_relabel", "eplb_incremental" and "eplb_balanced" to
+    Adds "eplb", "eplb_relabel", "eplb_incremental", "eplb_balanced" and "eplb_cost_aware" to
     vllm.distributed.eplb.policy.EPLB_POLICIES. With `default` (an eplb policy name, or a class from
     make_policy), also points vLLM's "default" entry at it, so a stock EPLB config uses eplb.
 

@@ -28,7 +28,7 @@ def test_register_adds_eplb_policies(stub_vllm):
     from vllm.distributed.eplb.policy import EPLB_POLICIES
 
     added = eplb.vllm.register()
-    assert added == ["eplb", "eplb_relabel", "eplb_incremental", "eplb_balanced"]
+    assert added == ["eplb", "eplb_relabel", "eplb_incremental", "eplb_balanced", "eplb_cost_aware"]
     assert EPLB_POLICIES["eplb"] is eplb.vllm.EplbPolicy
     assert EPLB_POLICIES["eplb_relabel"] is eplb.vllm.RelabelEplbPolicy
     assert EPLB_POLICIES["default"].__name__ == "DefaultEplbPolicy"  # untouched without default=
@@ -73,7 +73,7 @@ def test_make_policy_checks_names_and_options():
 
 
 @pytest.mark.parametrize("policy", [eplb.vllm.RelabelEplbPolicy, eplb.vllm.IncrementalEplbPolicy,
-                                    eplb.vllm.BalancedEplbPolicy])
+                                    eplb.vllm.BalancedEplbPolicy, eplb.vllm.CostAwareEplbPolicy])
 def test_every_policy_class_keeps_the_contract(policy):
     generator = torch.Generator().manual_seed(5)
     weight = torch.randint(0, 500, (3, 32), generator=generator)

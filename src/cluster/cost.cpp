@@ -41,6 +41,18 @@ Result<LayerCost> layer_cost(const LayerPlan& plan, const Topology& topology, co
 
 }  // namespace
 
+LayerPrice layer_price(const LayerPlan& plan, const Topology& topology, const ClusterSpec& cluster,
+                       double bytes_per_expert) {
+  LayerPrice price;
+  price.changed = plan.stats.slots_local_copy + plan.stats.slots_read_intra_node + plan.stats.slots_read_inter_node > 0;
+  if (!price.changed) return price;
+  price.seconds = lower_bound_seconds(link_loads(plan, topology, bytes_per_expert), cluster.links) +
+                  cluster.layer_overhead_seconds;
+  price.stall_copy = busiest_commit_bytes(plan, bytes_per_expert) / cluster.copy_bytes_per_second + cluster.commit_seconds;
+  price.stall_swap = cluster.commit_seconds;
+  return price;
+}
+
 Result<MigrationCost> migration_cost(const Placement& before, const Placement& after, const Topology& topology,
                                      const ClusterSpec& cluster, double bytes_per_expert) {
   EPLB_TRY(cluster.validate());

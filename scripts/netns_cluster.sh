@@ -15,7 +15,8 @@
 #                         the other end of a veth pair, port pI on br0
 #   shaping: `tc tbf` at --rate (default 200mbit) on eplb0 (the host's egress)
 #   and on pI (the switch's egress towards the host, i.e. the host's ingress);
-#   burst 64 KiB, queue 100 ms (RATE x 100 ms of bytes). Nothing is attached
+#   burst 64 KiB, queue --queue-ms (default 100: RATE x 100 ms of bytes; a
+#   shallow queue, e.g. 2, drops packets when several senders meet). Nothing is attached
 #   to the machine's own network namespace: traffic stays inside these.
 # Ranks: HOSTS x RANKS_PER_HOST, in blocks (ranks [I*r, (I+1)*r) on
 # eplb-hostI), which is how `eplb run --nodes HOSTS` numbers its nodes.
@@ -39,20 +40,23 @@ set -euo pipefail
 hosts=4
 ranks_per_host=2
 rate=200mbit
+queue_ms=100
 script=""
 while (($#)); do
   case "$1" in
     -H|--hosts) hosts="$2"; shift 2 ;;
     -r|--ranks-per-host) ranks_per_host="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
+    --queue-ms) queue_ms="$2"; shift 2 ;;
     --script) script="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --) shift; break ;;
     *) break ;;
   esac
 done
-usage() { echo "usage: $0 [-H HOSTS (2-8)] [-r RANKS_PER_HOST (1-8)] [--rate RATE] [--script FILE | --] COMMAND [ARGS...]" >&2; exit 2; }
+usage() { echo "usage: $0 [-H HOSTS (2-8)] [-r RANKS_PER_HOST (1-8)] [--rate RATE] [--queue-ms MS] [--script FILE | --] COMMAND [ARGS...]" >&2; exit 2; }
 [[ "$hosts" =~ ^[2-8]$ && "$ranks_per_host" =~ ^[1-8]$ ]] || usage
+[[ "$queue_ms" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "netns_cluster: --queue-ms must be 1-9999" >&2; exit 2; }
 [[ "$rate" =~ ^[0-9]+(\.[0-9]+)?(kbit|mbit|gbit)$ ]] || { echo "netns_cluster: --rate must be like 200mbit, 1gbit, 500kbit" >&2; exit 2; }
 [[ -n "$script" || $# -gt 0 ]] || usage
 for tool in ip tc mpirun unshare; do
@@ -91,9 +95,9 @@ ip -n "$switch" link add br0 type bridge
 ip -n "$switch" link set br0 up
 ip -n "$switch" link set lo up
 
-# tbf: 64 KiB burst (a GSO segment fits), a queue of 100 ms at the rate.
+# tbf: 64 KiB burst (a GSO segment fits), a queue of --queue-ms at the rate.
 shape() {  # NAMESPACE DEVICE
-  if ! error_text="$(ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 64kb latency 100ms 2>&1)"; then
+  if ! error_text="$(ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 64kb latency "${queue_ms}ms" 2>&1)"; then
     echo "netns_cluster: skipped: tc cannot shape $2 here ($error_text)" >&2
     exit 77
   fi

@@ -12,8 +12,9 @@ policy: deepseek, incremental (budget 10%), cost-aware (this interval and cluste
 [N][L][R] (.npy) to {out}, given {trace} {window} {layers} {experts} {slots} {ranks} {per_host}
 (e.g. a SwiftBalancer runner kept outside the repository). Prints per case the means per rebalance:
 slots moved, migration time (lower bound, with the schedule, all reads at once), the serving stall
-(sync, async copy, async swap), next-window balancedness, tokens per hour (sync serving) and the
-simulation's own wall time. --plot draws tokens per hour relative to deepseek's.
+(sync, async copy, async swap), next-window balancedness, tokens per hour (sync serving; the stall
+and the tokens with all reads at once, the executor's default), the simulation's own time per
+rebalance (policy time apart) and the policy's. --plot draws tokens per hour relative to deepseek's.
 """
 import argparse
 import json
@@ -62,11 +63,13 @@ def summary(result, wall):
     hours = n * result["serving"]["interval_seconds"] / 3600
     return {"rebalances": len(r), "slots": mean("slots_moved"), "bound": mean("lower_bound_seconds"),
             "scheduled": mean("scheduled_seconds"), "unscheduled": mean("unscheduled_seconds"),
-            "stall_sync": sum(x["stall"]["sync"] for x in r) / n, "stall_copy": sum(x["stall"]["async_copy"] for x in r) / n,
+            "stall_sync": mean("stall_unscheduled_sync"), "stall_sync_scheduled": sum(x["stall"]["sync"] for x in r) / n, "stall_copy": sum(x["stall"]["async_copy"] for x in r) / n,
             "stall_swap": sum(x["stall"]["async_swap"] for x in r) / n, "next_window": mean("next_window"),
-            "tokens_per_hour": sum(x["tokens"] for x in r) / hours,
-            "tokens_per_hour_unscheduled": sum(x["tokens_unscheduled"] for x in r) / hours,
-            "simulation_seconds": result["simulation_seconds"], "wall_seconds": wall,
+            "tokens_per_hour": sum(x["tokens_unscheduled"] for x in r) / hours,
+            "tokens_per_hour_scheduled": sum(x["tokens"] for x in r) / hours,
+            "policy_seconds": mean("policy_seconds"),
+            "simulation_seconds": (result["simulation_seconds"] - sum(x["policy_seconds"] for x in r)) / n,
+            "wall_seconds": wall,
             "slots_total": result["topology"]["slots"] * result["topology"]["layers"]}
 
 
@@ -91,14 +94,15 @@ def run_all(args, workdir):
 
 def print_rows(rows):
     print(f"{'model':<12} {'EP':>4} {'policy':<12} {'slots/rb':>9} {'bound':>8} {'sched':>8} {'unsched':>8} "
-          f"{'stall sync':>10} {'copy':>8} {'swap':>8} {'next-win':>8} {'tokens/h':>11} {'vs deepseek':>11} {'sim/rb':>7}")
+          f"{'stall sync':>10} {'copy':>8} {'swap':>8} {'next-win':>8} {'tokens/h':>11} {'vs deepseek':>11} {'sim/rb':>7} "
+          f"{'policy':>7}")
     for r in rows:
         base = next(x for x in rows if x["model"] == r["model"] and x["ranks"] == r["ranks"] and x["policy"] == "deepseek")
         print(f"{r['model']:<12} {r['ranks']:>4} {r['policy']:<12} {r['slots']:>9.0f} {r['bound']:>7.3f}s "
               f"{r['scheduled']:>7.3f}s {r['unscheduled']:>7.3f}s {r['stall_sync']:>9.3f}s {1e3 * r['stall_copy']:>6.1f}ms "
               f"{1e3 * r['stall_swap']:>6.2f}ms {r['next_window']:>8.4f} {r['tokens_per_hour']:>11.4g} "
               f"{100 * r['tokens_per_hour'] / base['tokens_per_hour']:>10.2f}% "
-              f"{r['simulation_seconds'] / max(1, r['rebalances']):>6.2f}s")
+              f"{r['simulation_seconds']:>6.2f}s {r['policy_seconds']:>6.2f}s")
 
 
 def plot(rows, path, interval):
@@ -110,15 +114,14 @@ def plot(rows, path, interval):
     for axis, model in zip(axes, MODELS):
         for policy in policies:
             xs, ys = [], []
-            for ranks in RANKS:
+            for index, ranks in enumerate(RANKS):
                 mine = next(r for r in rows if r["model"] == model and r["ranks"] == ranks and r["policy"] == policy)
                 base = next(r for r in rows if r["model"] == model and r["ranks"] == ranks and r["policy"] == "deepseek")
-                xs.append(ranks)
+                xs.append(index)
                 ys.append(100 * (mine["tokens_per_hour"] / base["tokens_per_hour"] - 1))
             axis.plot(xs, ys, marker="o", label=policy)
         axis.axhline(0, color="grey", linewidth=0.8)
-        axis.set_xscale("log")
-        axis.set_xticks(RANKS, [f"EP{r}" for r in RANKS])
+        axis.set_xticks(range(len(RANKS)), [f"EP{r}" for r in RANKS])
         axis.set_title(model)
         axis.set_xlabel("expert-parallel ranks (H100 hosts of 8)")
     axes[0].set_ylabel("net tokens per hour vs deepseek (%)")
@@ -137,7 +140,12 @@ def main():
     parser.add_argument("--external", action="append", default=[], help="NAME=COMMAND template (see above)")
     parser.add_argument("--json")
     parser.add_argument("--plot")
+    parser.add_argument("--replot", help="only draw --plot from this --json of an earlier run")
     args = parser.parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            plot(json.load(f), args.plot, args.interval)
+        return 0
     with tempfile.TemporaryDirectory(prefix="eplb-scale-") as workdir:
         rows = run_all(args, workdir)
     print(f"cluster {args.cluster}, sync serving, a rebalance every {args.interval:g} s (one trace window of 20 steps), "

@@ -45,7 +45,7 @@ def test_options_are_checked():
         eplb.rebalance_experts(load, *COUNTS, policy="cost-aware", stall_mode="later")
     with pytest.raises(eplb.Error, match="interval"):
         eplb.rebalance_experts(load, *COUNTS, policy="cost-aware", interval_s=0)
-    with pytest.raises(eplb.Error, match="bytes per expert"):
+    with pytest.raises(eplb.Error, match="bytes.per.expert"):
         eplb.rebalance_experts(load, *COUNTS, policy="cost-aware", bytes_per_expert=-1)
     with pytest.raises(eplb.Error, match="cluster must be a name"):
         eplb.rebalance_experts(load, *COUNTS, policy="cost-aware", cluster=3)

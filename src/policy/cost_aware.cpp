@@ -127,19 +127,27 @@ Result<ServingModel> serving_for(const PolicyOptions& options) {
   return serving;
 }
 
-// Every layer of `balanced`, relabelled onto the placement in force.
-Result<std::vector<int32_t>> refits(const LoadMatrix& load, const Topology& topology, const Placement& current,
-                                    int threads) {
+// Two full refits of every layer, relabelled onto the placement in force:
+// `balanced`'s layer and deepseek's. [L][R] each.
+struct Refits {
+  std::vector<int32_t> balanced, deepseek;
+};
+
+Result<Refits> refits(const LoadMatrix& load, const Topology& topology, const Placement& current, int threads) {
   EPLB_ASSIGN_OR_RETURN(Placement start, deepseek_placement(load, topology, threads));
   const size_t slots = size_t(topology.num_slots);
-  std::vector<int32_t> phy2log(size_t(topology.num_layers) * slots);
+  Refits out;
+  out.balanced.resize(size_t(topology.num_layers) * slots);
+  out.deepseek.resize(out.balanced.size());
   parallel_for(size_t(topology.num_layers), threads, [&](size_t l) {
     std::vector<int32_t> fresh =
         balance_layer(load.layer(int(l)), topology, start.layer_phy2log(int(l)), false, BalanceSettings{});
     std::vector<int32_t> kept = relabel_layer(fresh, current.layer_phy2log(int(l)), topology, false);
-    std::copy(kept.begin(), kept.end(), phy2log.begin() + l * slots);
+    std::copy(kept.begin(), kept.end(), out.balanced.begin() + l * slots);
+    kept = relabel_layer(start.layer_phy2log(int(l)), current.layer_phy2log(int(l)), topology, false);
+    std::copy(kept.begin(), kept.end(), out.deepseek.begin() + l * slots);
   });
-  return phy2log;
+  return out;
 }
 
 class CostAwarePolicy final : public Policy {
@@ -154,12 +162,14 @@ class CostAwarePolicy final : public Policy {
       return error(Code::InvalidArgument, "cost-aware does not take --anti-affinity (its candidates do not keep it)");
     EPLB_ASSIGN_OR_RETURN(CandidateSettings settings, settings_for(options));
     EPLB_ASSIGN_OR_RETURN(ServingModel serving, serving_for(options));
-    EPLB_ASSIGN_OR_RETURN(std::vector<int32_t> full, refits(load, topology, current, options.threads));
+    EPLB_ASSIGN_OR_RETURN(Refits full, refits(load, topology, current, options.threads));
     const size_t slots = size_t(topology.num_slots);
     std::vector<std::vector<LayerCandidate>> menus(size_t(topology.num_layers));
     parallel_for(size_t(topology.num_layers), options.threads, [&](size_t l) {
       menus[l] = layer_candidates(load.layer(int(l)), topology, int(l), current.layer_phy2log(int(l)),
-                                  std::span<const int32_t>(full.data() + l * slots, slots), settings);
+                                  {std::span<const int32_t>(full.balanced.data() + l * slots, slots),
+                                   std::span<const int32_t>(full.deepseek.data() + l * slots, slots)},
+                                  settings);
     });
     double mean_total = 0;  // sum over layers of the mean rank load
     for (double value : load.values) mean_total += value;

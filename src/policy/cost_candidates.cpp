@@ -84,17 +84,19 @@ void add_search(std::vector<LayerCandidate>& candidates, std::span<const double>
 }  // namespace
 
 std::vector<LayerCandidate> layer_candidates(std::span<const double> load, const Topology& topology, int layer,
-                                             std::span<const int32_t> current, std::span<const int32_t> refit,
+                                             std::span<const int32_t> current,
+                                             const std::vector<std::span<const int32_t>>& refits,
                                              const CandidateSettings& settings) {
   std::vector<LayerCandidate> candidates;
   add_search(candidates, load, topology, layer, current, current, settings);  // [0]: keep
   const std::vector<int32_t> recounted = with_greedy_counts(load, topology, current);
   if (recounted != std::vector<int32_t>(current.begin(), current.end()))
     add_search(candidates, load, topology, layer, current, recounted, settings);
-  if (!std::equal(refit.begin(), refit.end(), current.begin(), current.end())) {
+  for (std::span<const int32_t> refit : refits) {
+    if (std::equal(refit.begin(), refit.end(), current.begin(), current.end())) continue;
     std::vector<int32_t> full(refit.begin(), refit.end());
-    candidates.push_back(priced(full, score_of(load, topology, full, settings.noise_weight), current, topology, layer,
-                                settings));
+    const double score = score_of(load, topology, full, settings.noise_weight);
+    candidates.push_back(priced(std::move(full), score, current, topology, layer, settings));
   }
   return candidates;
 }

@@ -4,7 +4,8 @@
 // same from the layer in force with its replica counts re-targeted to the
 // greedy counts (balanced.h: surplus replicas, on their expert's most
 // loaded rank, to the experts furthest below, largest load / count first);
-// a full refit (`balanced`'s layer relabelled onto the one in force). Each
+// full refits (`balanced`'s and deepseek's layers relabelled onto the one
+// in force). Each
 // candidate is priced on the cluster (eplb/cluster.h, layer_price) from its
 // exact plan.
 #pragma once
@@ -34,10 +35,11 @@ struct CandidateSettings {
 
 // [0] keeps `current`; then the search's prefixes (each one move more, in
 // the order the search made them); then the re-counted start and its
-// search's prefixes (when the counts differ); last the full refit when it
-// differs.
+// search's prefixes (when the counts differ); last each full refit that
+// differs from `current`.
 std::vector<LayerCandidate> layer_candidates(std::span<const double> load, const Topology& topology, int layer,
-                                             std::span<const int32_t> current, std::span<const int32_t> refit,
+                                             std::span<const int32_t> current,
+                                             const std::vector<std::span<const int32_t>>& refits,
                                              const CandidateSettings& settings);
 
 }  // namespace eplb::policies

@@ -96,6 +96,7 @@ void add_simulate_options(CLI::App& command, SimulateArgs& args) {
 }
 
 Result<double> parse_rate(const std::string& text, const std::string& flag) {
+  if (text == "0") return 0.0;  // --host-rate 0: no host-wide limit
   size_t digits = 0;
   while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
   const std::string unit = text.substr(digits);

@@ -41,7 +41,7 @@ struct SimulateArgs {
 void add_simulate_options(CLI::App& command, SimulateArgs& args);
 
 // "400gbit", "200mbit" (bits per second, as tc writes them) or "50GB",
-// "450GB" (bytes per second); decimal units. Returns bytes per second.
+// "450GB" (bytes per second); decimal units; "0". Returns bytes per second.
 Result<double> parse_rate(const std::string& text, const std::string& flag);
 
 Result<ClusterSpec> build_cluster(const SimulateArgs& args);

@@ -49,6 +49,11 @@ TEST_F(SimulateCli, CostAwareWeighsTheSimulatedServing) {
                          "--json " + file("tiny.json") + " --quiet");
   ASSERT_EQ(tiny.exit_code, 0) << tiny.output;
   for (const auto& r : nlohmann::json::parse(slurp(file("tiny.json")))["rebalances"]) EXPECT_EQ(int(r["slots_moved"]), 0);
+  // Rates as tc writes them; a host link of 0 is no limit.
+  CliRun shaped = run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --nic-rate 200mbit --host-rate 0 "
+                           "--intra-rate 2GB --quiet");
+  ASSERT_EQ(shaped.exit_code, 0) << shaped.output;
+  EXPECT_NE(shaped.output.find("NIC 0.2 Gb/s, host link unlimited"), std::string::npos) << shaped.output;
 }
 
 TEST_F(SimulateCli, BadArgumentsAndFiles) {

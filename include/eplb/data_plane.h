@@ -119,6 +119,10 @@ class DataPlane {
   // transport's source serves its peers' READs only while it progresses);
   // true when it handled events.
   virtual bool progress() { return false; }
+  // Receivers pull (READs): sends are ignored, and a layer's receives may
+  // be posted in several parts (the transfer schedule). false: sends and
+  // receives pair up in one post.
+  virtual bool one_sided() const { return true; }
   virtual std::string broken() const { return {}; }
 };
 

@@ -68,6 +68,7 @@
 #include "eplb/common.h"
 #include "eplb/data_plane.h"
 #include "eplb/placement.h"
+#include "eplb/plan.h"
 #include "eplb/status.h"
 #include "eplb/xfer.h"
 
@@ -250,6 +251,14 @@ struct MigrateOptions {
   // refusal (seccomp, another OS) leaves the default policy. false: the
   // progress thread keeps the caller's policy.
   bool batch_progress_thread = true;
+  // [issue 31: transfer schedule] Set: each layer's READs are posted round
+  // by round in the order schedule_transfers gives for these link
+  // bandwidths (plan.h; every rank computes the same schedule), each round
+  // after this rank's previous one landed. Unset (default): all of a
+  // layer's READs at once. Off until measurements show it helps
+  // (docs/scale.md). Hook: scheduled_read_rounds() in
+  // src/migrate/scheduled_reads.cpp, called from layer_round.cpp.
+  std::optional<LinkBandwidths> transfer_schedule;
   // Test hook, called on every rank before each attempt of each layer.
   std::function<void(int layer, int attempt)> before_attempt;
   // Progress, called on every rank after each layer (committed, unchanged or failed).

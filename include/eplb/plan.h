@@ -18,6 +18,11 @@
 // live inline in their request.
 // A whole DeepSeek-V3-shaped change (58 layers, 288 slots, 32 ranks) plans
 // in about 0.3 ms (docs/plan.md).
+//
+// The transfer schedule (schedule_transfers, below; docs/scale.md) orders a
+// layer plan's reads into rounds that keep every link, ingress and egress,
+// as busy as its share of the bytes allows. Hosts are the topology's nodes
+// (ranks [n*P/N, (n+1)*P/N) share host n). Pure and deterministic too.
 #pragma once
 
 #include <algorithm>
@@ -177,5 +182,80 @@ Result<LayerPlan> plan_layer(std::span<const int32_t> old_phy2log, std::span<con
                              const Topology& topology, int layer);
 Result<MigrationPlan> plan_migration(const Placement& old_placement, const Placement& new_placement,
                                      const Topology& topology);
+
+// ---- The contention-aware transfer schedule ----------------------------
+
+// Bandwidths of the links a migration crosses, in bytes per second, each
+// way. A read inside a host uses the source rank's intra-host egress and the
+// receiver's intra-host ingress (NVLink); a read between hosts uses the
+// source rank's NIC egress, its host's egress, the receiver host's ingress
+// and the receiver's NIC ingress. host 0: no host-wide limit.
+struct LinkBandwidths {
+  double intra_host = 0;  // per rank
+  double nic = 0;         // per rank
+  double host = 0;        // per host, all its ranks together (0: unlimited)
+  Status validate() const;
+};
+
+// Bytes per link of one layer (or summed over layers): indexed by rank
+// (intra_*, nic_*) or by host (host_*). Reads only; local copies use no link.
+struct LinkLoads {
+  std::vector<double> intra_out, intra_in, nic_out, nic_in;  // [P]
+  std::vector<double> host_out, host_in;                     // [N]
+  LinkLoads() = default;
+  LinkLoads(int ranks, int hosts);
+  LinkLoads& operator+=(const LinkLoads& other);
+  double total_inter_host() const;  // sum of nic_in
+  double total_intra_host() const;  // sum of intra_in
+};
+
+LinkLoads link_loads(const LayerPlan& plan, const Topology& topology, double bytes_per_expert);
+
+// The makespan lower bound: the most loaded link's bytes over its bandwidth.
+double lower_bound_seconds(const LinkLoads& loads, const LinkBandwidths& bandwidths);
+
+// One read of one expert row set: `run.count` consecutive slots of `source`
+// into `receiver` (runs never merge across rounds).
+struct ScheduledRead {
+  int receiver = 0;
+  int source = 0;
+  ReadRun run;
+  bool inter_host = false;
+};
+
+// The reads of one round: every rank's NIC sends at most one expert and
+// receives at most one, every host's link carries at most host_slots
+// experts each way, every rank's intra-host link at most one each way.
+// Ordered by receiver, then source, then destination slot.
+struct TransferRound {
+  std::vector<ScheduledRead> reads;
+  double seconds = 0;  // the round's busiest link: its bytes over its bandwidth
+};
+
+struct TransferSchedule {
+  int layer = 0;
+  std::vector<TransferRound> rounds;
+  LinkLoads loads;
+  int host_slots = 1;               // experts one host link carries at once, each way
+  double lower_bound_seconds = 0;   // the most loaded link's bytes over its bandwidth
+  double makespan_seconds = 0;      // sum of the rounds' seconds (rounds run one after another)
+};
+
+// Orders a layer plan's reads into rounds (docs/scale.md, "The schedule"):
+// every RemoteRead appears exactly once, one expert per read. Between hosts
+// each host's ranks are spread over host_slots ports each way (busiest
+// ranks first onto the least loaded port), and the rounds are an edge
+// colouring of the (source port, receiver port) multigraph with as many
+// colours as its busiest port has experts (Konig's theorem): exactly the
+// lower bound when ports are ranks (host links do not bind) or hosts (one
+// expert at a time per host link). Reads inside hosts are coloured the same
+// way on their own links and share the rounds.
+Result<TransferSchedule> schedule_transfers(const LayerPlan& plan, const Topology& topology,
+                                            const LinkBandwidths& bandwidths, double bytes_per_expert);
+
+// Rank `rank`'s reads in the schedule, round by round: one ReadRequest per
+// source rank and round (runs merged where adjacent), rounds without a read
+// of this rank left out. What the executor posts, one round after another.
+std::vector<std::vector<ReadRequest>> rank_rounds(const TransferSchedule& schedule, int rank);
 
 }  // namespace eplb

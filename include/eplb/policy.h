@@ -25,6 +25,16 @@ struct PolicyOptions {
   double min_gain = 0.0;        // hysteresis: keep a layer if balancedness gains less than this
   double budget = 0.1;          // incremental: slots rewritten per layer; < 1 a fraction of R, >= 1 a count
   double move_threshold = 0.0;  // incremental: stop when a move improves max rank load by <= this (relative)
+  // cost-aware (docs/scale.md): the cluster preset that prices a migration
+  // (eplb/cluster.h; the topology's nodes are its hosts), the seconds
+  // between rebalances, the bytes of one expert, and how serving waits for
+  // the migration: "sync", "async-copy" or "async-swap". Defaults: a
+  // DeepSeek-V3 deployment (FP8 experts) on H100 hosts, rebalanced every
+  // 10 minutes, serving paused during the migration.
+  std::string cluster = "h100";
+  double interval_seconds = 600;
+  double bytes_per_expert = 44040192;
+  std::string stall_mode = "sync";
 };
 
 class Policy {
@@ -37,7 +47,7 @@ class Policy {
                                   const PolicyOptions& options) const = 0;
 };
 
-// "deepseek", "relabel", "incremental", "balanced".
+// "deepseek", "relabel", "incremental", "balanced", "cost-aware".
 Result<std::unique_ptr<Policy>> make_policy(const std::string& name);
 std::vector<std::string> policy_names();
 

@@ -27,9 +27,9 @@ from eplb.errors import Error
 from eplb.policy import policies, rebalance_experts
 from eplb.vllm_integration import install, plugin, uninstall
 
-__all__ = ["EplbPolicy", "RelabelEplbPolicy", "IncrementalEplbPolicy", "BalancedEplbPolicy", "make_policy",
-           "register", "preserve_intragpu_slots", "POLICY_CLASSES", "EplbCommunicator", "plugin", "install",
-           "uninstall"]
+__all__ = ["EplbPolicy", "RelabelEplbPolicy", "IncrementalEplbPolicy", "BalancedEplbPolicy", "CostAwareEplbPolicy",
+           "make_policy", "register", "preserve_intragpu_slots", "POLICY_CLASSES", "EplbCommunicator", "plugin",
+           "install", "uninstall"]
 
 _REGISTRY_MODULE = "vllm.distributed.eplb.policy"
 
@@ -65,9 +65,10 @@ class EplbPolicy:
         relabel and incremental start from it, and experts that stay on a rank keep their old slots.
         """
         torch = importlib.import_module("torch")
-        groups, nodes = (num_groups, num_nodes) if _divides(num_nodes, num_groups) else (1, 1)
+        global_nodes = num_nodes if cls.policy == "cost-aware" else 1  # cost-aware's hosts price its moves
+        groups, nodes = (num_groups, num_nodes) if _divides(num_nodes, num_groups) else (1, global_nodes)
         current = None
-        if old_global_expert_indices is not None and cls.policy in ("relabel", "incremental"):
+        if old_global_expert_indices is not None and cls.policy in ("relabel", "incremental", "cost-aware"):
             current = old_global_expert_indices
         phy2log, _, _ = rebalance_experts(_arrays.loads("weight", weight), num_replicas, groups, nodes, num_ranks,
                                           policy=cls.policy, current=current, **cls.options)
@@ -104,17 +105,26 @@ class BalancedEplbPolicy(EplbPolicy):
     policy = "balanced"
 
 
+class CostAwareEplbPolicy(EplbPolicy):
+    """The moves from the old placement that serve the most tokens until the next rebalance, net of the
+    migration's stall (options: cluster, interval_s, bytes_per_expert, stall_mode; docs/scale.md)."""
+
+    policy = "cost-aware"
+
+
 #: eplb policy name -> the class with vLLM's contract that runs it.
 POLICY_CLASSES = {"deepseek": EplbPolicy, "relabel": RelabelEplbPolicy, "incremental": IncrementalEplbPolicy,
-                  "balanced": BalancedEplbPolicy}
-_OPTIONS = ("threads", "budget", "anti_affinity", "min_gain", "estimator", "move_threshold")
+                  "balanced": BalancedEplbPolicy, "cost-aware": CostAwareEplbPolicy}
+_OPTIONS = ("threads", "budget", "anti_affinity", "min_gain", "estimator", "move_threshold", "cluster", "interval_s",
+            "bytes_per_expert", "stall_mode")
 
 
 def make_policy(name="deepseek", **options) -> type:
     """A policy class with vLLM's contract for eplb policy `name`, with options bound.
 
     Options are keyword arguments of eplb.rebalance_experts: threads, budget, anti_affinity, min_gain,
-    estimator, move_threshold. Example: make_policy("incremental", budget=0.05).
+    estimator, move_threshold, cluster, interval_s, bytes_per_expert, stall_mode. Example:
+    make_policy("incremental", budget=0.05), make_policy("cost-aware", interval_s=300).
     """
     if name not in POLICY_CLASSES:
         raise Error(f"unknown policy {name!r} (known: {', '.join(policies())})")
@@ -135,7 +145,7 @@ def register(policy="deepseek") -> list:
     before vLLM builds its EplbState otherwise.
 
     Args:
-        policy: an eplb policy name (deepseek, relabel, incremental, balanced), or a class from make_policy.
+        policy: an eplb policy name (deepseek, relabel, incremental, balanced, cost-aware), or a class from make_policy.
 
     Returns:
         ["default"], or [] when vllm cannot be imported.

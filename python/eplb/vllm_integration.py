@@ -6,7 +6,7 @@ Contract:
   the environment:
   - EPLB_VLLM_POLICY (default "deepseek"): the eplb policy behind vLLM's "default" entry of
     `EPLB_POLICIES`, the only name `EPLBConfig.policy` accepts (and the only one async EPLB runs):
-    deepseek, relabel, incremental or balanced; "vllm" leaves vLLM's own DefaultEplbPolicy in place.
+    deepseek, relabel, incremental, balanced or cost-aware; "vllm" leaves vLLM's own DefaultEplbPolicy in place.
   - EPLB_VLLM_COMMUNICATOR (default unset: vLLM's communicators untouched): "all", or a comma-separated
     list of vLLM's backend names (`EPLBConfig.communicator`), makes those names produce eplb's
     communicator (install()).

@@ -178,18 +178,26 @@ void bind_policy(py::module_& module) {
       "place",
       [](const py::array& weight, int num_slots, int num_groups, int num_nodes, int num_ranks,
          const std::string& policy, const std::optional<IndexArray>& current, int threads, double budget,
-         bool anti_affinity, double min_gain, double move_threshold, const std::string& estimator) {
+         bool anti_affinity, double min_gain, double move_threshold, const std::string& estimator,
+         const std::string& cluster, double interval_seconds, double bytes_per_expert, const std::string& stall_mode) {
         PlaceArguments arguments{num_slots, num_groups, num_nodes, num_ranks, policy, estimator, {}};
         arguments.options.threads = threads;
         arguments.options.budget = budget;
         arguments.options.anti_affinity = anti_affinity;
         arguments.options.min_gain = min_gain;
         arguments.options.move_threshold = move_threshold;
+        arguments.options.cluster = cluster;
+        arguments.options.interval_seconds = interval_seconds;
+        arguments.options.bytes_per_expert = bytes_per_expert;
+        arguments.options.stall_mode = stall_mode;
         return place(weight, arguments, current);
       },
       py::arg("weight"), py::arg("num_slots"), py::arg("num_groups"), py::arg("num_nodes"), py::arg("num_ranks"),
       py::arg("policy"), py::arg("current"), py::arg("threads"), py::arg("budget"), py::arg("anti_affinity"),
-      py::arg("min_gain"), py::arg("move_threshold"), py::arg("estimator"),
+      py::arg("min_gain"), py::arg("move_threshold"), py::arg("estimator"), py::arg("cluster") = PolicyOptions{}.cluster,
+      py::arg("interval_seconds") = PolicyOptions{}.interval_seconds,
+      py::arg("bytes_per_expert") = PolicyOptions{}.bytes_per_expert,
+      py::arg("stall_mode") = PolicyOptions{}.stall_mode,
       "One policy call: (phy2log, log2phy, logcnt, policy seconds). Releases the GIL while the policy runs.");
 }
 

@@ -65,7 +65,7 @@ def test_on_ties_placements_may_differ_but_every_rank_carries_the_same_load(plug
 def test_bad_values_are_refused_clearly_and_other_values_select():
     found = probe("bad-values", EPLB_VLLM_POLICY="greedy")
     assert found["loader"] == ("Error: EPLB_VLLM_POLICY='greedy' is not an eplb policy for vLLM: use one of balanced, "
-                               "deepseek, incremental, relabel, vllm ('vllm' keeps vLLM's DefaultEplbPolicy; unset "
+                               "cost-aware, deepseek, incremental, relabel, vllm ('vllm' keeps vLLM's DefaultEplbPolicy; unset "
                                "means deepseek)"), found["loader"]
     assert found["after_bad"].endswith("DefaultEplbPolicy:vllm")
     assert found["vllm|"].endswith("DefaultEplbPolicy:vllm")

@@ -40,6 +40,7 @@ struct EvaluateArgs {
   std::string json;
   bool quiet = false;
   std::string max_input_bytes;
+  PolicyOptions cost_aware;  // --cluster, --interval-s, --stall-mode
 };
 
 Result<Topology> topology_for(const EvaluateArgs& args, const LoadTrace& trace) {
@@ -77,6 +78,10 @@ Result<EvaluateOptions> evaluate_options(const EvaluateArgs& args) {
   options.policy.budget = args.budget;
   options.policy.move_threshold = args.move_threshold;
   options.bytes_per_expert = double(*bytes);
+  options.policy.cluster = args.cost_aware.cluster;
+  options.policy.interval_seconds = args.cost_aware.interval_seconds;
+  options.policy.stall_mode = args.cost_aware.stall_mode;
+  options.policy.bytes_per_expert = double(*bytes);
   if (!args.quiet)
     options.progress = [](const std::string& line) { std::fprintf(stderr, "evaluate: %s\n", line.c_str()); };
   return options;
@@ -214,7 +219,7 @@ void add_evaluate(CLI::App& app) {
   command->add_option("--history", args->history, "Past windows the estimator sees")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  command->add_option("--policies", args->policies, "Comma-separated policies: deepseek, relabel, incremental, balanced")
+  command->add_option("--policies", args->policies, "Comma-separated policies: deepseek, relabel, incremental, balanced, cost-aware")
       ->capture_default_str();
   command->add_option("--estimator", args->estimator,
                       "Load estimator: sum | ema:H (half-life H steps) | robust:Z (mean + Z*stddev per step)")
@@ -244,6 +249,7 @@ void add_evaluate(CLI::App& app) {
   command->add_option("--json", args->json, "Also write the raw per-window numbers to this JSON file");
   command->add_flag("--quiet", args->quiet, "No progress lines on stderr");
   add_max_input_bytes(*command, args->max_input_bytes);
+  add_cost_aware_options(*command, args->cost_aware);
   command->callback([args] { set_command_result(run_evaluate(*args)); });
 }
 

@@ -210,6 +210,7 @@ Status run_rebalance(RebalanceArgs args) {
   EPLB_TRY(load_current(args, r));
   EPLB_ASSIGN_OR_RETURN(auto policy, make_policy(args.policy));
   args.options.threads = args.threads;
+  args.options.bytes_per_expert = double(r.bytes_per_expert);  // cost-aware prices moves with it
   Stopwatch watch;
   auto placed = policy->place(r.load, r.topology, r.current, args.options);
   r.policy_seconds = watch.seconds();
@@ -249,6 +250,7 @@ void add_policy_options(CLI::App& command, PolicyOptions& options) {
                   "incremental: stop when the best move improves the max rank load by <= this (relative)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_cost_aware_options(command, options);
 }
 
 void add_rebalance(CLI::App& app) {

@@ -43,4 +43,21 @@ Result<uint64_t> parse_max_input_bytes(const std::string& value) {
   return *bytes;
 }
 
+void add_cost_aware_options(CLI::App& command, PolicyOptions& options) {
+  command
+      .add_option("--cluster", options.cluster,
+                  "cost-aware: the hosts and network that price a migration (h100, h200; docs/scale.md)")
+      ->capture_default_str();
+  command
+      .add_option("--interval-s", options.interval_seconds,
+                  "cost-aware: seconds until the next rebalance (the tokens a move's balance buys are counted over it)")
+      ->check(CLI::Range(1e-6, 1e9))
+      ->capture_default_str();
+  command
+      .add_option("--stall-mode", options.stall_mode,
+                  "cost-aware: how serving waits for the migration: sync, async-copy or async-swap")
+      ->check(CLI::IsMember({"sync", "async-copy", "async-swap"}))
+      ->capture_default_str();
+}
+
 }  // namespace eplb::cli

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "eplb/policy.h"
 #include "eplb/status.h"
 
 namespace eplb::cli {
@@ -24,5 +25,9 @@ CLI::Validator duration_seconds();
 void add_max_input_bytes(CLI::App& command, std::string& value);
 // Its value in bytes (the byte-size grammar of common/text.h).
 Result<uint64_t> parse_max_input_bytes(const std::string& value);
+
+// The cost-aware policy's options (PolicyOptions: --cluster, --interval-s,
+// --stall-mode; the expert size comes from the command's --bytes-per-expert).
+void add_cost_aware_options(CLI::App& command, PolicyOptions& options);
 
 }  // namespace eplb::cli

@@ -55,6 +55,11 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
   if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");
   options.migrate.timeout_seconds = args.timeout;
   options.migrate.retries = args.retries;
+  // [issue 31] Only the ratios matter to the order: host links that never bind, or one NIC's worth.
+  if (args.transfer_schedule == "ranks") options.migrate.transfer_schedule = LinkBandwidths{1, 1, 0};
+  else if (args.transfer_schedule == "hosts") options.migrate.transfer_schedule = LinkBandwidths{1, 1, 1};
+  else if (args.transfer_schedule != "off")
+    return error(Code::InvalidArgument, "--transfer-schedule must be off, ranks or hosts, got '" + args.transfer_schedule + "'");
   return Status::ok();
 }
 
@@ -112,6 +117,12 @@ void add_load_options(CLI::App& run, RunArgs& args) {
 }
 
 void add_transfer_options(CLI::App& run, RunArgs& args) {
+  run.add_option("--transfer-schedule", args.transfer_schedule,
+                 "order of each layer's READs (docs/scale.md): off (all at once), ranks (contention-aware rounds,\n"
+                 "one expert per NIC per round; hosts limited by their ranks' NICs) or hosts (rounds for hosts\n"
+                 "whose one link carries one expert at a time, as on the scripts/netns_cluster.sh testbed)")
+      ->check(CLI::IsMember({"off", "ranks", "hosts"}))
+      ->capture_default_str();
   run.add_option("--transport", args.transport,
                  "shm (UCX over shared memory: posix,sysv,cma,self), tcp (UCX over TCP: tcp,self) or loopback (all\n"
                  "ranks as threads of this process, in-process copies). A UCX_TLS set in the environment wins")

@@ -114,6 +114,8 @@ Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology&
     for (int changed : slots_changed(current, *placed)) row.slots_moved += changed;
     row.bytes_moved = double(row.slots_moved) * options.bytes_per_expert;
     result.windows.push_back(row);
+    if (options.on_rebalance)
+      EPLB_TRY(options.on_rebalance(row, current, *placed, next).with_context(fmt::format("policy {} at step {}", policy, boundary)));
     current = std::move(placed).value();
     if (options.progress && (since_progress.seconds() > 1.0 || index + 1 == rebalances)) {
       options.progress(fmt::format("{}: rebalance {}/{} (step {}), next-window balancedness {:.4f}", policy,

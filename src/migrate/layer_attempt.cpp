@@ -115,17 +115,63 @@ std::vector<RowCopy> copies_after_reads(const AttemptContext& context) {
   return out;
 }
 
-// 3. Post, stage, wait: the plane's transfers released however it ends.
-Status transfer(const AttemptContext& context, const LayerTransfers& transfers,
-                std::vector<std::optional<uint64_t>>& landed) {
+// 3. Post, stage (unless `stage` is false), wait: the plane's transfers
+// released however it ends.
+Status post_and_wait(const AttemptContext& context, const LayerTransfers& transfers,
+                     std::vector<std::optional<uint64_t>>& landed, bool stage) {
   struct Release {
     DataPlane& plane;
     ~Release() { plane.abandon(); }
   } release{context.plane};
   EPLB_TRY(context.plane.post(transfers, context.transfer_deadline).with_context(where(context)));
-  EPLB_TRY(context.plane.copy(staged_copies(context)).with_context(where(context) + ": local copies"));
+  if (stage) EPLB_TRY(context.plane.copy(staged_copies(context)).with_context(where(context) + ": local copies"));
   EPLB_TRY(context.plane.wait(context.transfer_deadline));
   landed = context.plane.landed_digests();
+  return Status::ok();
+}
+Status transfer(const AttemptContext& context, const LayerTransfers& transfers,
+                std::vector<std::optional<uint64_t>>& landed) {
+  return post_and_wait(context, transfers, landed, true);
+}
+Status transfer_only(const AttemptContext& context, const LayerTransfers& transfers,
+                     std::vector<std::optional<uint64_t>>& landed) {
+  return post_and_wait(context, transfers, landed, false);
+}
+
+// [issue 31] The same round by round (MigrateOptions::transfer_schedule,
+// one-sided planes): each round's receives are posted once this rank's
+// previous round landed; local copies are staged with the first round.
+Status transfer_in_rounds(const AttemptContext& context, const LayerTransfers& transfers,
+                          std::vector<std::optional<uint64_t>>& landed) {
+  const size_t tensors = context.store.layout().layers[context.layer].size();
+  landed.assign(transfers.receives.size() * tensors, std::nullopt);
+  const int first = context.store.first_slot();
+  bool staged_copies_done = false;
+  for (const auto& round : *context.read_rounds) {
+    std::vector<bool> in_round(size_t(context.store.slots_per_rank()), false);
+    for (const auto& request : round)
+      for (const auto& run : request.runs)
+        for (int i = 0; i < run.count; ++i) in_round[size_t(run.dest_slot + i - first)] = true;
+    LayerTransfers part;
+    part.layer = transfers.layer;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < transfers.receives.size(); ++i)
+      if (in_round[size_t(transfers.receives[i].to.local_slot)]) {
+        part.receives.push_back(transfers.receives[i]);
+        positions.push_back(i);
+      }
+    std::vector<std::optional<uint64_t>> part_landed;
+    if (!staged_copies_done) {
+      EPLB_TRY(transfer(context, part, part_landed));
+      staged_copies_done = true;
+    } else {
+      EPLB_TRY(transfer_only(context, part, part_landed));
+    }
+    for (size_t k = 0; k < positions.size(); ++k)
+      for (size_t t = 0; t < tensors && k * tensors + t < part_landed.size(); ++t)
+        landed[positions[k] * tensors + t] = part_landed[k * tensors + t];
+  }
+  if (!staged_copies_done) return context.plane.copy(staged_copies(context)).with_context(where(context));
   return Status::ok();
 }
 
@@ -199,7 +245,8 @@ Status run_attempt(const AttemptContext& context) {
   Stopwatch phase;
   const LayerTransfers transfers = layer_transfers(context);
   std::vector<std::optional<uint64_t>> landed;
-  EPLB_TRY(transfer(context, transfers, landed));
+  EPLB_TRY(context.read_rounds ? transfer_in_rounds(context, transfers, landed)
+                               : transfer(context, transfers, landed));
   context.report->seconds_transfer += phase.seconds();
   phase.reset();
   auto got = received_digests(context, transfers, landed);

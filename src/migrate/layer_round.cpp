@@ -306,7 +306,13 @@ Status LayerRun::attempt(const LayerPlan& plan, const PublishedSums& published, 
   else if (outcome) {
     AttemptContext context{*state_.plane, *state_.store, plan, published, state_.me(), layer_,
                            Deadline::after_seconds(transfer_seconds_), swap_, &report_, &staged_sums_};
-    outcome = run_attempt(context);
+    // [issue 31] the transfer schedule, when asked for
+    Result<std::vector<std::vector<ReadRequest>>> rounds = std::vector<std::vector<ReadRequest>>{};
+    if (options_.transfer_schedule) {
+      rounds = scheduled_read_rounds(plan, state_.topology, *state_.store, state_.me(), *options_.transfer_schedule);
+      context.read_rounds = rounds ? &*rounds : nullptr;
+    }
+    outcome = rounds ? run_attempt(context) : rounds.status();
   }
   Stopwatch phase;
   auto vote = cast_vote(outcome, !stop.is_ok());

@@ -83,6 +83,11 @@ Status set_up_locally(Migrator::State& state, RankMap& mine) {
     return error(Code::InvalidArgument, fmt::format("the expert store starts at slot {}, rank {} owns slots from {}",
                                                     store.first_slot(), me, me * topology.slots_per_rank()));
   EPLB_TRY(check_commit_mode(state.options->commit, store));
+  if (state.options->transfer_schedule && !state.plane->one_sided())
+    return error(Code::InvalidArgument, fmt::format("the transfer schedule posts a layer's reads round by round, "
+                                                    "which needs a one-sided data plane; '{}' pairs sends and "
+                                                    "receives",
+                                                    state.plane->name()));
   EPLB_ASSIGN_OR_RETURN(mine.plane_blob, state.plane->describe());
   return Status::ok();
 }

@@ -120,7 +120,15 @@ struct AttemptContext {
   // Out: the digest of every staged row, [local slot * tensors + tensor],
   // where known (verified reads, copies of rows with a known digest).
   std::vector<std::optional<uint64_t>>* staged_sums;
+  // [issue 31] This rank's READs in schedule order, one entry per round
+  // (scheduled_read_rounds); nullptr: the plan's requests all at once.
+  const std::vector<std::vector<ReadRequest>>* read_rounds = nullptr;
 };
+// [issue 31] Rank `me`'s READs of one layer in the transfer schedule's
+// rounds (MigrateOptions::transfer_schedule), for AttemptContext::read_rounds.
+Result<std::vector<std::vector<ReadRequest>>> scheduled_read_rounds(const LayerPlan& plan, const Topology& topology,
+                                                                    const ExpertStore& store, int me,
+                                                                    const LinkBandwidths& bandwidths);
 // Ok when every row this rank needs is in staging and verified; otherwise
 // the reason (also the rank's vote).
 Status run_attempt(const AttemptContext& context);

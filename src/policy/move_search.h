@@ -58,6 +58,8 @@ class LayerSearch {
   int slots_changed() const { return changed_; }
   // Largest plain rank load of the current state.
   double max_load() const;
+  // Largest rank score (with improve()'s noise weight) after the last improve().
+  double max_score() const { return current_max_; }
 
  private:
   struct Candidate {

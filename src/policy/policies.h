@@ -11,5 +11,6 @@ std::unique_ptr<Policy> make_deepseek();
 std::unique_ptr<Policy> make_relabel();
 std::unique_ptr<Policy> make_incremental();
 std::unique_ptr<Policy> make_balanced();
+std::unique_ptr<Policy> make_cost_aware();
 
 }  // namespace eplb::policies

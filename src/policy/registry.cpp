@@ -12,6 +12,7 @@ const std::pair<const char*, Factory> kPolicies[] = {
     {"relabel", policies::make_relabel},
     {"incremental", policies::make_incremental},
     {"balanced", policies::make_balanced},
+    {"cost-aware", policies::make_cost_aware},
 };
 }  // namespace
 

@@ -128,6 +128,16 @@ struct TensorMemory {
   bool registered = false;
 };
 
+// Where an adopted store's staging rows are: allocated by the store (host
+// memory, the ucx plane's), the engine's own buffer of one layer's shape
+// ([tensor]; every layer's rows must fit it: vLLM's expert_buffer), or
+// none (a data plane that keeps its own staging, on a device: the store's
+// addresses are then never dereferenced by the protocol).
+struct StoreStaging {
+  enum class Kind { Allocate, Engine, None } kind = Kind::Allocate;
+  std::vector<TensorMemory> engine;  // Kind::Engine: [tensor]
+};
+
 class ExpertStore {
  public:
   // Allocates one page-aligned arena for all layers plus the staging area.
@@ -141,13 +151,14 @@ class ExpertStore {
   static Result<std::unique_ptr<ExpertStore>> create_arena(const StoreLayout& layout, int first_slot,
                                                            xfer::Agent* agent = nullptr, bool spare_buffers = false);
   // Uses the engine's buffers memory[layer][tensor] (not owned, must outlive
-  // the store); only the staging area is allocated. With `spare` (the same
+  // the store); the staging area as `staging` says. With `spare` (the same
   // shape as `memory`, empty for none), the engine's second buffers become
   // the spares of the swap commit; after a round the engine finds each
   // layer's live buffer with live_buffer(layer) (0: memory, 1: spare).
   static Result<std::unique_ptr<ExpertStore>> adopt(const StoreLayout& layout, int first_slot,
                                                     std::vector<std::vector<TensorMemory>> memory,
-                                                    std::vector<std::vector<TensorMemory>> spare = {});
+                                                    std::vector<std::vector<TensorMemory>> spare = {},
+                                                    StoreStaging staging = {});
   ~ExpertStore();
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
@@ -212,12 +223,13 @@ class ExpertStore {
   uint64_t arena_page_bytes_ = 0;
   xfer::Agent* agent_ = nullptr;      // owner of the arena when agent_region_ != 0
   xfer::RegionId agent_region_ = 0;
-  uint8_t* staging_ = nullptr;
+  uint8_t* staging_ = nullptr;  // allocated by the store (unmapped with it)
   uint64_t staging_bytes_ = 0;
+  std::vector<TensorMemory> engine_staging_;  // Staging::Kind::Engine: [tensor]
   // [layer][local slot * tensors + tensor]: XXH3 of the live row, if known.
   std::vector<std::vector<std::optional<uint64_t>>> checksums_;
   void reset_checksums(int layer);
-  Status finish_setup();  // staging area and checksum cache
+  Status finish_setup(StoreStaging::Kind staging);  // staging area and checksum cache
   // Bytes from a buffer's first row to the end of its last.
   uint64_t span_bytes(size_t layer, size_t tensor, const TensorMemory& buffer) const;
 };
@@ -333,6 +345,17 @@ struct RoundReport {
   int layers_committed() const;
 };
 
+// One layer's transfers given by the engine (Migrator::exchange): receives
+// land in Staging rows (source_buffer Primary), sends leave Primary rows.
+// `local_error`: a bad call the engine recorded (an expert its source does
+// not hold, ...): every rank raises it and nothing moves.
+struct LayerExchange {
+  int layer = 0;
+  std::vector<RowReceive> receives;
+  std::vector<RowSend> sends;
+  std::string local_error;
+};
+
 class Migrator {
  public:
   // Collective: registers the store with `agent`, exchanges metadata and
@@ -355,6 +378,17 @@ class Migrator {
   // `lead_steps` (>= 1) is D in the commit step C = max_r S_r + D.
   Result<std::unique_ptr<class AsyncMigration>> start(Placement& current, const Placement& target,
                                                       int lead_steps = 2);
+
+  // Collective: one layer's transfers as the engine gives them (vLLM's
+  // communicator records add_send / add_recv), through the same protocol
+  // as a round: one publication (every rank's sent rows with their experts
+  // and digests, its receives and sends, any bad call it recorded, which
+  // every rank then raises), the pairing of sends and receives checked on
+  // every rank before anything moves, then the attempts (transfer, verify,
+  // vote, retries). The verified rows are in the receives' staging rows; no
+  // commit (the engine writes its weights itself). Nothing queued on any
+  // rank: Ok after the publication. The report holds one layer (or none).
+  RoundReport exchange(const LayerExchange& exchange);
 
   // Thread-safe: this rank stops the running round at its next vote (every
   // rank then stops there, naming this rank and `why`); after the round's

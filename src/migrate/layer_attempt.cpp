@@ -59,17 +59,18 @@ std::optional<uint64_t>& staged(const AttemptContext& context, int slot, int ten
 // (source rank, slot), and the rows other ranks read from it, by
 // (destination rank, slot) (the sends of two-sided planes).
 LayerTransfers layer_transfers(const AttemptContext& context) {
+  if (context.given) return *context.given;
   LayerTransfers transfers;
   transfers.layer = context.layer;
   const int first = context.store.first_slot();
-  for (const auto& op : context.plan.ranks[context.me].slots)
+  for (const auto& op : context.plan->ranks[context.me].slots)
     if (op.action == SlotAction::RemoteRead)
       transfers.receives.push_back({op.source_rank, op.source_slot,
                                     context.published.live[op.source_rank] ? RowBuffer::Spare : RowBuffer::Primary,
                                     landing(context, op.slot - first), op.expert});
   std::stable_sort(transfers.receives.begin(), transfers.receives.end(),
                    [](const RowReceive& a, const RowReceive& b) { return a.source_rank < b.source_rank; });
-  for (const auto& rank_plan : context.plan.ranks) {
+  for (const auto& rank_plan : context.plan->ranks) {
     if (rank_plan.rank == context.me) continue;
     for (const auto& op : rank_plan.slots)
       if (op.action == SlotAction::RemoteRead && op.source_rank == context.me)
@@ -85,10 +86,11 @@ LayerTransfers layer_transfers(const AttemptContext& context) {
 // (live rows do not change before the swap); copies after a read wait for
 // the read.
 std::vector<RowCopy> staged_copies(const AttemptContext& context) {
+  if (!context.plan) return {};
   const ExpertStore& store = context.store;
   const int first = store.first_slot();
   const int tensors = int(store.layout().layers[context.layer].size());
-  const RankLayerPlan& rank_plan = context.plan.ranks[context.me];
+  const RankLayerPlan& rank_plan = context.plan->ranks[context.me];
   const CopyPlan copies = CopyPlan::of(rank_plan, first, store.slots_per_rank());
   std::vector<RowCopy> out;
   for (const auto& op : rank_plan.slots) {
@@ -104,10 +106,11 @@ std::vector<RowCopy> staged_copies(const AttemptContext& context) {
 // With swap, after the reads were verified: the copies of a row this
 // layer read (spare -> spare).
 std::vector<RowCopy> copies_after_reads(const AttemptContext& context) {
+  if (!context.plan) return {};
   const int first = context.store.first_slot();
   const int tensors = int(context.store.layout().layers[context.layer].size());
   std::vector<RowCopy> out;
-  for (const auto& op : context.plan.ranks[context.me].slots) {
+  for (const auto& op : context.plan->ranks[context.me].slots) {
     if (!op.copy_after_read) continue;
     out.push_back({landing(context, op.source_slot - first), landing(context, op.slot - first)});
     for (int t = 0; t < tensors; ++t) staged(context, op.slot, t) = staged(context, op.source_slot, t);

@@ -108,7 +108,7 @@ Status explain_disagreement(ProcessGroup& group, int rank, int layer, const Plac
 struct AttemptContext {
   DataPlane& plane;
   ExpertStore& store;
-  const LayerPlan& plan;
+  const LayerPlan* plan;  // null in an exchange (Migrator::exchange): `given` says what moves
   const PublishedSums& published;
   int me;
   int layer;
@@ -123,6 +123,8 @@ struct AttemptContext {
   // [issue 31] This rank's READs in schedule order, one entry per round
   // (scheduled_read_rounds); nullptr: the plan's requests all at once.
   const std::vector<std::vector<ReadRequest>>* read_rounds = nullptr;
+  // An exchange's transfers (this rank's receives and sends), no local copies.
+  const LayerTransfers* given = nullptr;
 };
 // [issue 31] Rank `me`'s READs of one layer in the transfer schedule's
 // rounds (MigrateOptions::transfer_schedule), for AttemptContext::read_rounds.

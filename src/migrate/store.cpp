@@ -91,7 +91,7 @@ Result<std::unique_ptr<ExpertStore>> ExpertStore::create_arena(const StoreLayout
       store->memory_[l].push_back({store->arena_ + offsets[l][t], stride});
       if (spare_buffers) store->spare_[l].push_back({store->arena_ + buffer_bytes + offsets[l][t], stride});
     }
-  EPLB_TRY(store->finish_setup());
+  EPLB_TRY(store->finish_setup(StoreStaging::Kind::Allocate));
   return store;
 }
 
@@ -121,23 +121,47 @@ static Status check_engine_memory(const StoreLayout& layout, std::vector<std::ve
   return Status::ok();
 }
 
+// An engine's staging buffer ([tensor], one layer's shape) against every
+// layer of the layout.
+static Status check_engine_staging(const StoreLayout& layout, std::vector<TensorMemory>& staging) {
+  for (size_t l = 0; l < layout.layers.size(); ++l) {
+    if (staging.size() != layout.layers[l].size())
+      return error(Code::InvalidArgument, fmt::format("expert store: the engine's staging buffer has {} tensors, layer "
+                                                      "{} has {}",
+                                                      staging.size(), l, layout.layers[l].size()));
+    for (size_t t = 0; t < staging.size(); ++t) {
+      const auto& tensor = layout.layers[l][t];
+      if (staging[t].row_stride == 0) staging[t].row_stride = tensor.bytes_per_expert;
+      if (staging[t].address == nullptr || staging[t].row_stride != tensor.bytes_per_expert)
+        return error(Code::InvalidArgument,
+                     fmt::format("expert store: the engine's staging buffer tensor {} is null or its rows ({} B) are "
+                                 "not layer {} tensor '{}''s {} B",
+                                 t, staging[t].row_stride, l, tensor.name, tensor.bytes_per_expert));
+    }
+  }
+  return Status::ok();
+}
+
 Result<std::unique_ptr<ExpertStore>> ExpertStore::adopt(const StoreLayout& layout, int first_slot,
                                                         std::vector<std::vector<TensorMemory>> memory,
-                                                        std::vector<std::vector<TensorMemory>> spare) {
+                                                        std::vector<std::vector<TensorMemory>> spare,
+                                                        StoreStaging staging) {
   EPLB_TRY(layout.validate());
   EPLB_TRY(check_first_slot(layout, first_slot));
   EPLB_TRY(check_engine_memory(layout, memory, "engine memory"));
   if (!spare.empty()) EPLB_TRY(check_engine_memory(layout, spare, "spare memory"));
+  if (staging.kind == StoreStaging::Kind::Engine) EPLB_TRY(check_engine_staging(layout, staging.engine));
   std::unique_ptr<ExpertStore> store(new ExpertStore());
   store->layout_ = layout;
   store->first_slot_ = first_slot;
   store->memory_ = std::move(memory);
   store->spare_ = std::move(spare);
-  EPLB_TRY(store->finish_setup());
+  store->engine_staging_ = std::move(staging.engine);
+  EPLB_TRY(store->finish_setup(staging.kind));
   return store;
 }
 
-Status ExpertStore::finish_setup() {
+Status ExpertStore::finish_setup(StoreStaging::Kind staging) {
   // Staging for the largest layer: tensor blocks [S][bytes] packed.
   staging_offsets_.resize(layout_.layers.size());
   for (size_t l = 0; l < layout_.layers.size(); ++l) {
@@ -147,10 +171,12 @@ Status ExpertStore::finish_setup() {
       at += tensor.bytes_per_expert * uint64_t(layout_.slots_per_rank);
     }
   }
-  staging_bytes_ = round_up(std::max<uint64_t>(layout_.max_layer_bytes(), 1), kPage);
-  EPLB_TRY(admit_allocation(staging_bytes_, false, "expert store: the staging area (the largest layer)"));
-  EPLB_ASSIGN_OR_RETURN(staging_, map_bytes(staging_bytes_, "staging area"));
-  prepare_staging(staging_, staging_bytes_);
+  if (staging == StoreStaging::Kind::Allocate) {
+    staging_bytes_ = round_up(std::max<uint64_t>(layout_.max_layer_bytes(), 1), kPage);
+    EPLB_TRY(admit_allocation(staging_bytes_, false, "expert store: the staging area (the largest layer)"));
+    EPLB_ASSIGN_OR_RETURN(staging_, map_bytes(staging_bytes_, "staging area"));
+    prepare_staging(staging_, staging_bytes_);
+  }
   for (int l = 0; l < layout_.num_layers(); ++l) reset_checksums(l);
   live_.assign(layout_.layers.size(), 0);
   return Status::ok();
@@ -178,6 +204,9 @@ uint8_t* ExpertStore::row(int layer, int local_slot, int tensor) const {
 }
 
 uint8_t* ExpertStore::staging_row(int layer, int local_slot, int tensor) const {
+  if (!engine_staging_.empty())
+    return engine_staging_[tensor].address + uint64_t(local_slot) * engine_staging_[tensor].row_stride;
+  if (!staging_) return nullptr;
   return staging_ + staging_offsets_[layer][tensor] +
          uint64_t(local_slot) * layout_.layers[layer][tensor].bytes_per_expert;
 }
@@ -238,7 +267,10 @@ std::vector<xfer::MemoryRegion> ExpertStore::regions() const {
           regions.push_back({buffer.address, span_bytes(l, t, buffer), xfer::MemoryKind::Host, 0});
         }
   }
-  regions.push_back({staging_, staging_bytes_, xfer::MemoryKind::Host, 0});
+  if (staging_) regions.push_back({staging_, staging_bytes_, xfer::MemoryKind::Host, 0});
+  for (const TensorMemory& buffer : engine_staging_)
+    if (!buffer.registered)
+      regions.push_back({buffer.address, buffer.row_stride * uint64_t(slots_per_rank()), xfer::MemoryKind::Host, 0});
   return regions;
 }
 

@@ -363,6 +363,11 @@ class Migrator {
   static Result<std::unique_ptr<Migrator>> create(ProcessGroup& group, xfer::Agent& agent, ExpertStore& store,
                                                   const Topology& topology, MigrateOptions options,
                                                   Deadline deadline);
+  // Collective, for a rank that cannot take part (its tensors cannot be
+  // used): joins the set-up exchange of the other ranks' create() with
+  // `why`, so that every rank fails with it, naming this rank. Returns that
+  // failure (or the exchange's own).
+  static Status refuse_setup(ProcessGroup& group, const std::string& why, Deadline deadline);
   // The same over any data plane (eplb/data_plane.h); `plane` must
   // outlive the Migrator. Every rank must use the same kind of plane.
   static Result<std::unique_ptr<Migrator>> create(ProcessGroup& group, DataPlane& plane, ExpertStore& store,

@@ -37,7 +37,6 @@ from eplb.errors import Error, MigrationError
 
 __all__ = ["AsyncMigration"]
 
-DRAIN_SECONDS_PER_TIMEOUT = 3.0  # close(): how long draining may take, in Migrator timeouts
 # Rounds not yet finished: closed at interpreter exit (a script that exits, or a KeyboardInterrupt,
 # without close() must not leave the engine's thread running into the interpreter's teardown).
 _live: "weakref.WeakSet[AsyncMigration]" = weakref.WeakSet()
@@ -55,9 +54,10 @@ def _close_live_rounds() -> None:
 class AsyncMigration:
     """A running async round (see the module's docstring); made by eplb.Migrator.start."""
 
-    def __init__(self, migrator, native, *, make_error, make_report):
+    def __init__(self, migrator, native, *, make_error, make_report, drain_seconds: float):
         self._migrator, self._native = migrator, native
         self._make_error, self._make_report = make_error, make_report
+        self._drain_seconds = drain_seconds  # close(): how long draining may take (the library's deadline)
         self._step = -1
         self._committed: list[int] = []
         self._abort_requested = False
@@ -100,8 +100,7 @@ class AsyncMigration:
             raise self._failure
         if self._report is not None:
             return
-        code, message = self._native.poll()
-        self._raise_unless_ok(code, message)
+        self._raise_unless_ok(self._native.poll())
         self._finish_if_ended()
 
     def commit_ready(self, max_layers: int = 1) -> list[int]:
@@ -124,12 +123,13 @@ class AsyncMigration:
         self._step += 1
         started = time.perf_counter()
         try:
-            code, message, layers = self._native.commit_ready(self._step, max_layers)
+            result = self._native.commit_ready(self._step, max_layers)
         finally:  # also when on_layer raised after a commit
             self._migrator._repoint_swapped()
         self._migrator._observe_stall(time.perf_counter() - started)
+        layers = result.layers
         self._committed.extend(layers)
-        self._raise_unless_ok(code, message)
+        self._raise_unless_ok(result)
         self._finish_if_ended()
         if self._failure is not None:
             raise self._failure
@@ -155,7 +155,7 @@ class AsyncMigration:
             return
         if not self._native.done():
             self.abort()
-            deadline = time.monotonic() + DRAIN_SECONDS_PER_TIMEOUT * self._migrator._timeout
+            deadline = time.monotonic() + self._drain_seconds
             while not self._native.done() and time.monotonic() < deadline:
                 try:
                     self.commit_ready()
@@ -181,8 +181,8 @@ class AsyncMigration:
         if self._report is None and self._native.done() and not self._native.ready():
             self._finish()
 
-    def _raise_unless_ok(self, code: str, message: str) -> None:
-        if code == "ok":
+    def _raise_unless_ok(self, step) -> None:
+        if step.ok:
             return
         self._finish()  # the round has failed: wait for the engine's thread to end, take its report
         if self._failure is not None:
@@ -192,17 +192,17 @@ class AsyncMigration:
         """Joins the engine's thread and turns its report into the report dict or the typed error."""
         if self._report is not None:
             return
-        code, message, layer_reports, seconds, retries, _, callback_error = self._native.close()
+        result = self._native.close()
         _live.discard(self)
         self._migrator._async = None
-        self._migrator._observe_round(layer_reports)
-        self._report = self._make_report(layer_reports, seconds, retries)
+        self._migrator._observe_round(result.layers)
+        self._report = self._make_report(result)
         # A layer owed by a late serving thread commits when the handle closes: the report says so.
-        self._committed = [item["layer"] for item in layer_reports if item["committed"]]
-        if code == "ok":
+        self._committed = [layer.layer for layer in result.layers if layer.committed]
+        if result.ok:
             return
-        if self._abort_requested and code == "aborted" and callback_error is None:
+        if self._abort_requested and result.code == "aborted" and result.callback_error is None:
             self._stopped_by_abort = True
             return
-        self._failure = self._make_error(code, message, layer_reports, seconds)
-        self._failure.__cause__ = callback_error
+        self._failure = self._make_error(result)
+        self._failure.__cause__ = result.callback_error

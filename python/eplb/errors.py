@@ -18,16 +18,18 @@ class Error(ValueError):
 
     Attributes:
         code: the library's status code name, e.g. "invalid argument".
+        peer: the rank of the process group the failure is about (lost, silent, voted no), or None.
     """
 
-    def __init__(self, message: str, code: str = "invalid argument"):
+    def __init__(self, message: str, code: str = "invalid argument", *, peer=None):
         super().__init__(message)
         self.code = code
+        self.peer = peer
 
 
-def _from_status(code: str, message: str) -> Error:
+def _from_status(code: str, message: str, peer=None) -> Error:
     """The exception for a failed C++ Status (called by eplb._eplb)."""
-    return Error(message, code)
+    return Error(message, code, peer=peer)
 
 
 class LayoutError(Error):
@@ -37,8 +39,8 @@ class LayoutError(Error):
     layer, tensor and both sizes.
     """
 
-    def __init__(self, message: str, code: str = "mismatch"):
-        super().__init__(message, code)
+    def __init__(self, message: str, code: str = "mismatch", *, peer=None):
+        super().__init__(message, code, peer=peer)
 
 
 class MigrationError(Error):
@@ -56,10 +58,9 @@ class MigrationError(Error):
 
     def __init__(self, message: str, code: str = "aborted", *, layer=None, rank=None, peer=None, operation=None,
                  state=None, elapsed_s=None, committed_layers=()):
-        super().__init__(message, code)
+        super().__init__(message, code, peer=peer)
         self.layer = layer
         self.rank = rank
-        self.peer = peer
         self.operation = operation
         self.state = state
         self.elapsed_s = elapsed_s

@@ -100,9 +100,9 @@ def _check_in_mark(number: int, kind: str) -> int:
 class _RelayedFailure(Exception):
     """A collective's failure as another rank diagnosed it (published in the store)."""
 
-    def __init__(self, code: str, reporter: str, detail: str):
+    def __init__(self, code: str, reporter: str, detail: str, peer=None):
         super().__init__(detail)
-        self.code, self.reporter, self.detail = code, reporter, detail
+        self.code, self.reporter, self.detail, self.peer = code, reporter, detail, peer
 
 
 class _TorchExchange:
@@ -150,11 +150,12 @@ class _TorchExchange:
         except RuntimeError as failure:
             self._broken = f"its store failed in the {what}"
             raise Error(f"{what}: the group's store (on rank 0's host) is unreachable: {failure}",
-                        "remote disconnect") from None
+                        "remote disconnect", peer=0) from None
         try:
             return self._gather(data, key, deadline)
         except _RelayedFailure as relayed:
-            raise Error(f"{what}{relayed.detail} (found by rank {relayed.reporter})", relayed.code) from None
+            raise Error(f"{what}{relayed.detail} (found by rank {relayed.reporter})", relayed.code,
+                        peer=relayed.peer) from None
         except RuntimeError as failure:
             error = self._diagnose(what, number, kind, started, deadline, str(failure))
             self._publish_failure(key, what, error)
@@ -216,7 +217,8 @@ class _TorchExchange:
         """Tells the group's other ranks (waiting in _wait) why this collective failed; best effort."""
         detail = str(error)[len(what):] if str(error).startswith(what) else f": {error}"
         try:
-            self._store.set(f"{key}/failure", f"{error.code}\n{self.rank}\n{detail}")
+            peer = "" if error.peer is None else str(error.peer)
+            self._store.set(f"{key}/failure", f"{error.code}\n{self.rank}\n{peer}\n{detail}")
             self._store.add(f"{key}/failed", 1)
         except RuntimeError:
             pass  # the store is gone too; the others find that themselves
@@ -226,11 +228,11 @@ class _TorchExchange:
         try:
             if self._store.add(f"{key}/failed", 0) == 0:
                 return None
-            code, reporter, detail = self._store.get(f"{key}/failure").decode().split("\n", 2)
+            code, reporter, peer, detail = self._store.get(f"{key}/failure").decode().split("\n", 3)
         except (RuntimeError, ValueError):
             return None  # rank 0's store is gone: the gloo work fails or times out on its own
         self._broken = f"rank {reporter} found the collective failed"
-        return _RelayedFailure(code, reporter, detail)
+        return _RelayedFailure(code, reporter, detail, int(peer) if peer else None)
 
     def _diagnose(self, what: str, number: int, kind: str, started: float, deadline: float, failure: str) -> Error:
         """The error for a failed gloo collective: which ranks never checked in, and why it failed."""
@@ -249,17 +251,20 @@ class _TorchExchange:
         self._broken = f"the {what} failed"
         if absent is None:
             return Error(f"{what} failed after {elapsed:.2f} s and the group's store is unreachable: rank 0 lost "
-                         f"({failure.strip()})", "remote disconnect")
+                         f"({failure.strip()})", "remote disconnect", peer=0)
         names = ", ".join(str(r) for r in absent)
         if other_kind:
-            return Error(f"{what}: rank {other_kind[0][0]} is in a {other_kind[0][1]} instead", "mismatch")
+            return Error(f"{what}: rank {other_kind[0][0]} is in a {other_kind[0][1]} instead", "mismatch",
+                         peer=other_kind[0][0])
         if timed_out:
             who = f"ranks {names} did not join it" if len(absent) > 1 else (
                 f"rank {names} did not join it" if absent else "every rank joined it, but it did not complete")
-            return Error(f"{what} not answered within {elapsed:.1f} s: {who} ({failure.strip()})", "timeout")
+            return Error(f"{what} not answered within {elapsed:.1f} s: {who} ({failure.strip()})", "timeout",
+                         peer=absent[0] if absent else None)
         who = (f"rank {names} lost: it never joined" if absent
                else "a rank's connection closed during it (every rank had joined)")
-        return Error(f"{what} failed after {elapsed:.2f} s: {who} ({failure.strip()})", "remote disconnect")
+        return Error(f"{what} failed after {elapsed:.2f} s: {who} ({failure.strip()})", "remote disconnect",
+                     peer=absent[0] if absent else None)
 
     def _check_ins(self, number: int, kind: str):
         """(ranks that have not checked in to collective `number`, [(rank, kind)] of ranks in another one)."""

@@ -1,111 +1,140 @@
 """eplb.Migrator: moves an engine's own expert tensors between ranks, layer by layer, verified.
 
 Contract:
-- `Migrator(expert_weights, *, group=None, ...)` is collective. expert_weights[layer] is a list of
-  CPU tensors [num_local_slots, ...], contiguous; they are adopted in place (registered with the
-  transfer layer, never copied; eplb.empty tensors are used as allocated). Before anything moves,
-  every rank's layout (layers, tensors per layer, bytes per expert, dtype, shape) is compared:
-  a difference, or a rank whose tensors cannot be used (CUDA, not contiguous), raises
-  eplb.LayoutError on every rank naming the rank, layer, tensor and both sizes.
+- `Migrator(expert_weights, *, group=None, data_group=None, transport="auto", ...)` is collective.
+  expert_weights[layer] is a list of tensors [num_local_slots, ...], contiguous, all on one device
+  (CPU or CUDA), of any dtypes and shapes (an expert may be FP8 weights, float32 block scales and
+  bf16 biases: all move and are checked together). They are adopted in place, never copied.
+- The protocol is the C++ library's, once (plan, stage, transfer, verify, vote, commit or abort,
+  retries, deadlines); rows move through a data plane (`transport`):
+  "ucx" (eplb's UCX agent, host memory; "shm"/"tcp" choose UCX's transports), "torch" (the
+  engine's torch.distributed `data_group`: NCCL for CUDA tensors, gloo for CPU tensors),
+  "staged" (device rows through pinned host buffers over a gloo `data_group`), "nixl" (READs
+  through a real NIXL agent). "auto": ucx for CPU tensors, torch for CUDA tensors with an NCCL
+  data_group, staged otherwise. `group` (gloo, or eplb's bootstraps) carries digests, votes,
+  deadlines and errors; `data_group` only rows, so a broken data plane is still reported on every
+  rank. The report names the plane of every layer.
+- Before anything moves, the one layout check (C++) compares every rank's layers, tensors, bytes
+  per expert, dtypes and shapes: a difference, or a rank whose tensors cannot be used, raises
+  eplb.LayoutError on every rank naming the rank, layer, tensor and both sides.
 - `migrate(old_phy2log, new_phy2log, *, layers=None)` is collective: afterwards every local slot
-  holds exactly its new expert's bytes. It returns a report dict (per layer and totals). A failure
-  raises eplb.MigrationError (TimeoutError, PeerLostError) on every rank that is still there; every
-  layer is then wholly old or wholly new on every rank, and the error says which
-  (`committed_layers`). The GIL is released while the engine runs.
-- `start(old_phy2log, new_phy2log, *, layers=None, lead_steps=2)` is collective: the same round
-  overlapped with serving, returning an eplb.AsyncMigration (eplb/async_migration.py) whose
-  commit_ready() the serving loop calls once per step. One round at a time per Migrator.
-- Checksums: every row a peer reads is checked against its source's checksum. By default a round
-  hashes its sources afresh (the engine may have written its tensors since the last round). With
-  `reuse_checksums=True` the checksums of rows eplb hashed, received or committed in earlier rounds
-  are reused, saving one read of every moved row per round; the engine then calls
-  `weights_rewritten(layers)` after writing expert rows itself (a weight reload). A stale checksum
-  is never trusted silently: the receiving rank's check fails and the round raises MigrationError.
-- Commit: `commit="copy"` (default) writes each committed layer's new rows into the engine's tensors
-  from a staging area. `commit="swap"` gives every tensor a spare of the same size (eplb.empty for
-  eplb.empty tensors, else torch.empty), READs land in the spare, and the commit re-points the
-  engine's tensor objects to the other buffer with Tensor.set_(): the same Python objects (and
-  nn.Parameters) then see the new rows, no row is copied at commit, and the expert memory doubles.
-  Views or data_ptr()s the engine took of a swapped tensor keep seeing the old buffer, so swap
-  refuses tensors that are views of another tensor; take views again after each round.
+  holds exactly its new expert's bytes; it returns a report dict. A failure raises
+  eplb.MigrationError (TimeoutError, PeerLostError) on every rank that is still there; every layer
+  is then wholly old or wholly new on every rank (`committed_layers`). The GIL is released while
+  the engine runs. Ranks that pass different placements are refused before anything moves.
+- `start(...)`: the same round overlapped with serving (eplb/async_migration.py).
+- Deadlines: `timeout` (seconds per layer attempt's transfers) or None: automatic, derived by the
+  library from the bytes each layer reads, as the CLI's --timeout 0 (every other deadline derives
+  from it: collectives, set-up, the serving wait, draining a closed async round).
+- The torch plane cannot cancel a point-to-point wait: past its deadline every rank raises
+  eplb.TimeoutError and the data group is unusable (an NCCL communicator is aborted); the Migrator
+  says so and refuses rounds until set_data_group() gives it a new one.
+- Digests: XXH3-64 of host rows on the ucx plane; eplb-dev64 (eplb/digest.py), computed on the
+  rows' device, on the others. `reuse_checksums=True` reuses the digests of earlier rounds; the
+  engine then calls `weights_rewritten(layers)` after writing expert rows itself.
+- Commit: "copy" (default) writes committed rows into the engine's tensors (on a device, on the
+  engine's current stream, after the side stream the transfers ran on). "swap" (CPU tensors only)
+  gives every tensor a spare, READs land in it and the commit re-points the engine's tensor objects
+  (Tensor.set_()); views of a larger tensor are refused; CUDA tensors are refused (CUDA graphs
+  captured on the old storage would keep reading it).
 """
 from __future__ import annotations
-
-import json
-import re
 
 import numpy as np
 
 from eplb import _eplb
+from eplb import _migrator_setup as setup
 from eplb.async_migration import AsyncMigration
 from eplb.errors import Error, LayoutError, MigrationError, PeerLostError, TimeoutError
 from eplb.group import ProcessGroup
-from eplb.memory import TRANSPORTS, agent_of, transfer_agent
 
 __all__ = ["Migrator"]
-
-MAX_TIMEOUT_SECONDS = 86400  # the CLI's cap: no deadline is "never"
-PATH_AGENT = "agent memory (zero-copy)"
-PATH_HEAP = "heap memory (registered in place)"
-COMMIT_MODES = ("copy", "swap")
 
 
 class Migrator:
     """Migration of adopted expert tensors (see the module's docstring).
 
     Args:
-        expert_weights: [layer][tensor] CPU tensors [num_local_slots, ...], contiguous.
-        group: eplb.ProcessGroup, a torch.distributed gloo group, or None (the default torch group,
-            else eplb's launcher / mpirun environment).
+        expert_weights: [layer][tensor] tensors [num_local_slots, ...], contiguous, one device.
+        group: the control group: eplb.ProcessGroup, a torch.distributed gloo group, or None (the
+            default torch group, else eplb's launcher / mpirun environment).
+        data_group: the torch.distributed group rows move over for transport "torch" (NCCL or gloo)
+            and "staged" (gloo); the same processes in the same order as `group`.
         num_nodes: nodes the ranks span (consecutive ranks per node), for the intra/inter-node bytes.
-        transport: "auto" (UCX's choice), "shm" or "tcp"; eplb.empty tensors bring their own agent.
-        timeout: seconds the transfers of one layer attempt may take, and the set-up; a collective
-            waits up to twice that (the slowest rank's transfers, then its own exchange).
-        retries: extra attempts of a layer whose transfers or checksums failed.
+        transport: "auto", "ucx", "shm", "tcp", "torch", "staged" or "nixl" (the module's docstring).
+        timeout: seconds the transfers of one layer attempt may take; None: automatic.
+        retries: extra attempts of a layer whose transfers or digests failed.
         verify: after each round the ranks confirm they committed the same mapping (report["verified"]).
-        on_layer: optional callable(layer_report) called on every rank after each layer.
-        inject: fault injection for tests, e.g. "err=0.2,seed=3" (a private agent; plain tensors only).
-        reuse_checksums: reuse the checksums of earlier rounds for rows the engine has not written
-            since (see the module's docstring); False: every round hashes its sources again.
-        commit: "copy" (write new rows into the engine's tensors) or "swap" (a spare buffer per
-            tensor, the engine's tensor objects re-pointed at commit; see the module's docstring).
+        on_layer: optional callable(layer_report dict) called on every rank after each layer; if it
+            raises, every rank stops the round at the next vote (a MigrationError caused by it).
+        inject: fault injection for tests: the ucx plane's spec ("err=0.2,seed=3", plain tensors only)
+            or a Python plane's (eplb/planes/faults.py).
+        reuse_checksums: reuse the digests of earlier rounds (see the module's docstring).
+        commit: "copy" or "swap" (see the module's docstring).
     """
 
-    def __init__(self, expert_weights, *, group=None, num_nodes: int = 1, transport: str = "auto",
-                 timeout: float = 30.0, retries: int = 2, verify: bool = True, on_layer=None, inject: str = "",
+    def __init__(self, expert_weights, *, group=None, data_group=None, num_nodes: int = 1, transport: str = "auto",
+                 timeout: float | None = None, retries: int = 2, verify: bool = True, on_layer=None, inject: str = "",
                  reuse_checksums: bool = False, commit: str = "copy"):
-        _check_options(num_nodes, transport, timeout, retries)
-        if commit not in COMMIT_MODES:
-            raise Error(f"commit must be one of {', '.join(COMMIT_MODES)}, got {commit!r}")
-        if not isinstance(reuse_checksums, bool):
-            raise Error(f"reuse_checksums must be True or False, got {reuse_checksums!r}")
-        self._reuse_checksums = reuse_checksums
-        self._group = _as_group(group)
-        self._timeout, self._verify = float(timeout), bool(verify)
-        self._weights = [list(layer) for layer in expert_weights] if _is_sequence(expert_weights) else None
-        described, problem = _describe(self._weights)
-        agent, paths = None, []
+        setup.check_options(num_nodes, transport, timeout, retries, commit, reuse_checksums)
+        self._reuse_checksums, self._commit, self._verify = reuse_checksums, commit, bool(verify)
+        self._group = setup.as_group(group)
+        self._timeout = float(timeout) if timeout is not None else 0.0
+        self._options = {"num_nodes": int(num_nodes), "transport": transport, "retries": int(retries),
+                         "on_layer": on_layer, "inject": inject}
+        self._weights = [list(layer) for layer in expert_weights] if setup.is_sequence(expert_weights) else None
+        self._broken, self._async, self._observers, self._buffers = None, None, [], None
+        self._set_up(data_group)
+
+    def _set_up(self, data_group) -> None:
+        """Collective: chooses the plane, allocates spares, and sets up the native Migrator."""
+        weights, options = self._weights, self._options
+        problem = setup.local_problem(weights)
+        plane, transfer, self._paths = None, None, []
         if not problem:
-            agent, paths, problem = _choose_agent(self._weights, transport, inject)
-        self._commit, self._buffers = commit, None
-        if not problem and commit == "swap":
-            self._buffers, problem = _swap_buffers(self._weights, paths)
-        mine = {"layout": described, "problem": problem, "agent": agent.name if agent is not None else ""}
-        gathered = [json.loads(item) for item in self._group.allgather(json.dumps(mine).encode(), self._timeout)]
-        _check_layouts(gathered, self._group.rank)
-        self._agent_names = [item["agent"] for item in gathered]
-        self._paths = paths
-        self._slots = described[0][0]["slots"]
-        self._native = _eplb.Migration(self._group._native, agent, self._tensor_arguments(paths), self._slots,
-                                       int(num_nodes), self._timeout, int(retries), on_layer, commit)
-        self._front = [0] * len(self._weights)  # per layer: the buffer the engine's tensors show
+            plane, problem = setup.choose_plane(options["transport"], weights, data_group)
+        if not problem and plane == "ucx":
+            transfer, self._paths, problem = setup.choose_agent(weights, options["transport"], options["inject"])
+        elif not problem:
+            self._paths = [f"{weights[0][0].device.type} memory ({plane})"] * len(weights)
+        if not problem and self._commit == "swap" and self._buffers is None:
+            self._buffers, problem = setup.swap_buffers(weights, self._paths)
+        layers = [] if problem else setup.tensor_arguments(weights, self._buffers, self._paths, plane)
+        if not problem and plane != "ucx":
+            try:
+                transfer = setup.make_plane(plane, weights, self._buffers, data_group, self._group.rank,
+                                            options["inject"])
+            except Error as failure:
+                problem = str(failure)
+        slots = int(weights[0][0].shape[0]) if layers else 1
+        callback = self._layer_callback(options["on_layer"])
+        try:
+            self._native = _eplb.Migrator(self._group._native, transfer, layers, [], slots, options["num_nodes"],
+                                          self._timeout, options["retries"], callback, self._commit, problem)
+        except Error as failure:
+            if failure.code in ("mismatch", "aborted", "invalid argument"):
+                raise LayoutError(str(failure), failure.code, peer=failure.peer) from None
+            raise
+        self._slots, self._plane_object = slots, transfer
+        self._front = [0] * len(weights)  # per layer: the buffer the engine's tensors show
+
+    def set_data_group(self, data_group) -> None:
+        """Collective: a new data group for a Migrator whose torch plane broke (a timed-out wait)."""
+        if self._async is not None and not self._async.done:
+            raise Error("set_data_group: an async round is running", "not allowed")
         self._broken = None
-        self._async = None
-        self._observers = []  # eplb.metrics collectors: observe_round(layer_reports), observe_stall(seconds)
+        self._set_up(data_group)
+
+    # ---------------------------------------------------------------- properties
 
     @property
     def group(self) -> ProcessGroup:
         return self._group
+
+    @property
+    def plane(self) -> str:
+        """The data plane rows move through: "ucx", "torch", "staged" or "nixl"."""
+        return self._native.plane
 
     @property
     def commit(self) -> str:
@@ -128,37 +157,38 @@ class Migrator:
         """Physical slots per layer over all ranks."""
         return self._slots * self._group.size
 
+    # ---------------------------------------------------------------- rounds
+
     def migrate(self, old_phy2log, new_phy2log, *, layers=None) -> dict:
         """Collective: moves every layer (or `layers`) from old_phy2log to new_phy2log ([layers][slots])."""
         old, new, experts = self._round_arguments(old_phy2log, new_phy2log, layers)
         if not self._reuse_checksums:
             self._native.forget_checksums([])
         try:
-            code, message, layer_reports, seconds, retries, alone, callback_error = self._native.migrate(
-                old, new, experts)
+            result = self._native.migrate(old, new, experts)
         finally:
             self._repoint_swapped()
-        self._observe_round(layer_reports)
-        if code != "ok":
-            error = self._round_error(code, message, layer_reports, seconds)
-            if alone and self._verify:  # the others completed the round and wait in the agreement: tell them
-                self._native.agree(new, experts, seconds, message)
-            raise error from callback_error
-        report = self._round_report(layer_reports, seconds, retries)
+        self._observe_round(result.layers)
+        if not result.ok:
+            error = self._round_error(result)
+            if result.stopped_alone and self._verify:  # the others completed the round: tell them
+                self._native.agree(new, experts, result.seconds, result.message)
+            raise error from result.callback_error
+        report = self._round_report(result)
         if self._verify:
-            agreed, failure, slowest = self._native.agree(new, experts, seconds, "")
+            agreed, failure, slowest = self._native.agree(new, experts, result.seconds, "")
             report["verified"], report["slowest_rank_seconds"] = agreed, slowest
             if not agreed:
                 raise MigrationError(f"after the round, the ranks disagree: {failure}", "mismatch",
-                                     rank=self._group.rank, operation="agreeing on the round", elapsed_s=seconds,
-                                     committed_layers=[item["layer"] for item in layer_reports if item["committed"]])
+                                     rank=self._group.rank, operation="agreeing on the round",
+                                     elapsed_s=result.seconds, committed_layers=_committed(result))
         return report
 
     def weights_rewritten(self, layers=None) -> None:
         """Tells eplb the engine wrote these layers' expert rows itself (None: every layer).
 
-        Only needed with reuse_checksums=True: the checksums eplb remembers for those rows are
-        dropped, and the next round hashes them again. Not while a round started by start() runs.
+        Only needed with reuse_checksums=True: the digests eplb remembers for those rows are
+        dropped, and the next round digests them again. Not while a round started by start() runs.
         """
         if self._async is not None and not self._async.done:
             raise Error("weights_rewritten: an async round is running; call it after the round is done",
@@ -187,13 +217,20 @@ class Migrator:
         if not self._reuse_checksums:
             self._native.forget_checksums([])
         native = self._native.start(old, new, experts, lead_steps)
-        self._async = AsyncMigration(self, native, make_error=self._round_error, make_report=self._round_report)
+        drain = _eplb.deadlines(self._timeout)["drain"]
+        self._async = AsyncMigration(self, native, make_error=self._round_error, make_report=self._round_report,
+                                     drain_seconds=drain)
         return self._async
+
+    # ---------------------------------------------------------------- inside
 
     def _round_arguments(self, old_phy2log, new_phy2log, layers):
         """(old, new, number of experts) of a round, checked; refused while this Migrator cannot run one."""
         if self._broken:
             raise Error(f"this Migrator stopped for good: {self._broken}", "not allowed")
+        if self._native.broken:
+            raise Error(f"the {self.plane} data plane cannot be used again ({self._native.broken}): give this "
+                        "Migrator a new data group with set_data_group()", "not allowed")
         if self._async is not None and not self._async.done:
             raise Error("an async round of this Migrator is still running (call its commit_ready() until done)",
                         "not allowed")
@@ -206,17 +243,16 @@ class Migrator:
             new = target
         return old, new, int(max(old.max(), new.max())) + 1
 
-    def _tensor_arguments(self, paths):
-        """The engine's tensors (and spares) as the native layer takes them, [layer][tensor]."""
-        layers = []
-        for l, (layer, path) in enumerate(zip(self._weights, paths)):
-            layers.append([])
-            for t, tensor in enumerate(layer):
-                spare = self._buffers[l][1][t] if self._buffers else None
-                layers[-1].append(_eplb.TensorArgument(
-                    f"tensor {t}", tensor.data_ptr(), _row_bytes(tensor), path == PATH_AGENT,
-                    spare.data_ptr() if spare is not None else 0, path == PATH_AGENT))
-        return layers
+    def _layer_callback(self, on_layer):
+        if on_layer is None:
+            return None
+        return lambda layer: on_layer(self._layer_dict(layer))
+
+    def _layer_dict(self, layer) -> dict:
+        item = {field: getattr(layer, field) for field in LAYER_FIELDS}
+        item["path"] = self._paths[layer.layer]
+        item["verified"] = layer.committed
+        return item
 
     def _repoint_swapped(self) -> None:
         """commit="swap": points the engine's tensor objects at each layer's live buffer."""
@@ -232,32 +268,33 @@ class Migrator:
                     tensor.set_(buffer)
             self._front[l] = live
 
-    def _observe_round(self, layer_reports) -> None:
-        for observer in self._observers:
-            observer.observe_round(layer_reports)
+    def _observe_round(self, layers) -> None:
+        if self._observers:
+            dicts = [self._layer_dict(layer) for layer in layers]
+            for observer in self._observers:
+                observer.observe_round(dicts)
 
     def _observe_stall(self, seconds: float) -> None:
         for observer in self._observers:
             observer.observe_stall(seconds)
 
-    def _round_report(self, layer_reports, seconds, retries) -> dict:
-        for item in layer_reports:
-            item["path"] = self._paths[item["layer"]]
-            item["verified"] = item["committed"]
-        report = _report(layer_reports, seconds, retries)
+    def _round_report(self, result) -> dict:
+        report = _report([self._layer_dict(layer) for layer in result.layers], result.seconds, result.retries)
         report["commit"] = self._commit
+        report["plane"] = self.plane
         return report
 
-    def _round_error(self, code, message, layer_reports, seconds) -> MigrationError:
+    def _round_error(self, result) -> MigrationError:
         """The typed exception of a failed round; a Migrator whose group is broken refuses later rounds."""
-        for item in layer_reports:
-            item["path"] = self._paths[item["layer"]]
+        message = result.message
         if self._reuse_checksums and "checksum mismatch" in message:
             message += ("; reuse_checksums=True: if the engine wrote its expert rows since an earlier round, "
                         "call Migrator.weights_rewritten() after writing them")
-        error = _migration_error(code, message, layer_reports, seconds, self._group.rank, self._agent_names)
-        if isinstance(error, (PeerLostError, TimeoutError)):
+        error = migration_error(result, message, self._group.rank)
+        if isinstance(error, (PeerLostError, TimeoutError)) and not self._native.broken:
             self._broken = str(error)
+            if self.plane in ("torch", "staged"):  # the data group's peers may be broken though this rank's is not
+                self._broken += "; give this Migrator a new data group with set_data_group()"
         return error
 
     def _phy2log(self, phy2log, name: str) -> np.ndarray:
@@ -270,152 +307,11 @@ class Migrator:
         return np.ascontiguousarray(array, dtype=np.int64)
 
 
-def _is_sequence(value) -> bool:
-    return isinstance(value, (list, tuple))
-
-
-def _check_options(num_nodes, transport, timeout, retries) -> None:
-    if not isinstance(num_nodes, int) or num_nodes < 1:
-        raise Error(f"num_nodes must be an int >= 1, got {num_nodes!r}")
-    if transport not in TRANSPORTS:
-        raise Error(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    if not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-        raise Error(f"timeout must be in (0, {MAX_TIMEOUT_SECONDS}] seconds (a day, as the CLI's --timeout), "
-                    f"got {timeout!r}")
-    if not isinstance(retries, int) or retries < 0:
-        raise Error(f"retries must be an int >= 0, got {retries!r}")
-
-
-def _as_group(group) -> ProcessGroup:
-    if isinstance(group, ProcessGroup):
-        return group
-    if group is not None:
-        return ProcessGroup.from_torch(group)
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return ProcessGroup.from_torch(None)
-    except ImportError:
-        pass
-    return ProcessGroup.from_env()
-
-
-def _row_bytes(tensor) -> int:
-    return tensor[0].numel() * tensor.element_size()
-
-
-def _describe(weights):
-    """(this rank's layout as JSON-able lists, the reason its tensors cannot be used or "")."""
-    if not weights:
-        return [], "expert_weights must be a non-empty list over layers of lists of tensors"
-    described = []
-    for l, layer in enumerate(weights):
-        if not _is_sequence(layer) or not layer:
-            return [], f"expert_weights[{l}] must be a non-empty list of tensors"
-        described.append([])
-        for t, tensor in enumerate(layer):
-            where = f"layer {l} tensor {t}"
-            if not hasattr(tensor, "data_ptr") or not hasattr(tensor, "is_contiguous"):
-                return [], f"{where} is a {type(tensor).__name__}, not a torch tensor"
-            if tensor.device.type != "cpu":
-                return [], (f"{where} is on {tensor.device}: eplb migrates host memory only (device memory needs a "
-                            "CUDA-enabled UCX, and Debian's UCX is built without CUDA); pass CPU tensors")
-            if not tensor.is_contiguous():
-                return [], f"{where} of shape {tuple(tensor.shape)} is not contiguous (rows must be packed)"
-            if tensor.dim() < 1 or tensor.shape[0] < 1 or tensor.numel() == 0:
-                return [], f"{where} of shape {tuple(tensor.shape)} must be [num_local_slots, ...] and non-empty"
-            described[-1].append({"slots": int(tensor.shape[0]), "bytes": _row_bytes(tensor),
-                                  "dtype": str(tensor.dtype).replace("torch.", ""),
-                                  "shape": list(tensor.shape[1:])})
-    slots = {item["slots"] for layer in described for item in layer}
-    if len(slots) > 1:
-        return [], f"every tensor must have the same number of local slots (dimension 0), got {sorted(slots)}"
-    return described, ""
-
-
-def _choose_agent(weights, transport, inject):
-    """(agent, per-layer path, problem): the agent of the eplb.empty tensors, else one for `transport`."""
-    owners = [[agent_of(tensor) for tensor in layer] for layer in weights]
-    agents = {id(owner[1]): owner for layer in owners for owner in layer if owner is not None}
-    if len(agents) > 1:
-        return None, [], "the eplb.empty tensors come from agents of different transports"
-    if agents:
-        owner_transport, agent = next(iter(agents.values()))
-        if transport not in ("auto", owner_transport):
-            return None, [], f"the eplb.empty tensors use transport {owner_transport!r}, not {transport!r}"
-        if inject:
-            return None, [], "inject needs plain tensors (eplb.empty tensors use their own agent)"
-    else:
-        agent = transfer_agent(transport, inject)
-    paths = []
-    for layer in owners:
-        mine = [owner is not None for owner in layer]
-        paths.append(PATH_AGENT if all(mine) else PATH_HEAP if not any(mine) else "mixed")
-    return agent, [p if p != "mixed" else PATH_HEAP for p in paths], ""
-
-
-def _swap_buffers(weights, paths):
-    """([layer] = (aliases of the engine's tensors, spares), problem) for commit="swap".
-
-    The aliases share the engine's storage, so a buffer stays alive while the engine's tensor
-    object points at the other one; spares come from the same kind of memory as the tensors.
-    """
-    import torch
-
-    from eplb.memory import empty_like
-
-    heap_bytes = sum(t.numel() * t.element_size() for layer, path in zip(weights, paths) if path != PATH_AGENT
-                     for t in layer)
-    try:  # eplb.empty_like spares are admitted by their agent; torch.empty_like ones here, all together
-        _eplb.admit_memory(heap_bytes, False, "Migrator(commit='swap'): the spare buffers")
-    except Error as failure:
-        return None, str(failure)
-    buffers = []
-    for l, (layer, path) in enumerate(zip(weights, paths)):
-        for t, tensor in enumerate(layer):
-            if not _spans_its_storage(tensor):
-                return None, (f"layer {l} tensor {t} is a view of part of a larger tensor: commit='swap' re-points "
-                              "tensor objects, and the larger tensor would keep the old rows; pass whole tensors "
-                              "or use commit='copy'")
-        try:
-            spares = [empty_like(tensor, transport=agent_of(tensor)[0]) if path == PATH_AGENT
-                      else torch.empty_like(tensor) for tensor in layer]
-        except (Error, RuntimeError, MemoryError) as failure:
-            return None, f"cannot allocate the spare buffers of layer {l} for commit='swap': {failure}"
-        with torch.no_grad():
-            aliases = [torch.empty(0, dtype=tensor.dtype).set_(tensor) for tensor in layer]
-            for spare in spares:  # fault the pages in now, not during the first round's transfers
-                spare.view(torch.uint8).zero_()
-        buffers.append((aliases, spares))
-    return buffers, ""
-
-
-def _spans_its_storage(tensor) -> bool:
-    """True when `tensor` is all of its storage (no other tensor sees rows it does not)."""
-    storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
-    return tensor.storage_offset() == 0 and storage.nbytes() == tensor.numel() * tensor.element_size()
-
-
-def _check_layouts(gathered, me: int) -> None:
-    for r, item in enumerate(gathered):
-        if item["problem"]:
-            raise LayoutError(f"rank {r} cannot migrate its expert tensors: {item['problem']}")
-    reference = gathered[0]["layout"]
-    for r, item in enumerate(gathered[1:], start=1):
-        theirs = item["layout"]
-        if len(theirs) != len(reference):
-            raise LayoutError(f"layout mismatch: rank {r} has {len(theirs)} layers, rank 0 has {len(reference)}")
-        for l, (layer, layer0) in enumerate(zip(theirs, reference)):
-            if len(layer) != len(layer0):
-                raise LayoutError(f"layout mismatch: rank {r} has {len(layer)} tensors in layer {l}, "
-                                  f"rank 0 has {len(layer0)}")
-            for t, (tensor, tensor0) in enumerate(zip(layer, layer0)):
-                if tensor != tensor0:
-                    raise LayoutError(
-                        f"nbytes_per_expert mismatch: rank {r} has layer {l} tensor {t} of {tensor['bytes']} B per "
-                        f"expert ({tensor['slots']} slots of {tensor['dtype']} {tensor['shape']}), rank 0 has "
-                        f"{tensor0['bytes']} B ({tensor0['slots']} slots of {tensor0['dtype']} {tensor0['shape']}); "
-                        "every rank must hold the same tensors (nothing was moved)")
+LAYER_FIELDS = ("layer", "bytes_kept", "bytes_local", "bytes_intra_node", "bytes_inter_node", "requests",
+                "descriptors", "bytes_read_here", "seconds", "seconds_checksum", "seconds_transfer", "seconds_verify",
+                "seconds_vote", "seconds_commit", "retries", "changed", "committed", "failure", "failure_code",
+                "plane")
+BYTE_FIELDS = ("bytes_kept", "bytes_local", "bytes_intra_node", "bytes_inter_node")
 
 
 def _layer_index(layer, count: int) -> int:
@@ -425,7 +321,8 @@ def _layer_index(layer, count: int) -> int:
     return index
 
 
-BYTE_FIELDS = ("bytes_kept", "bytes_local", "bytes_intra_node", "bytes_inter_node")
+def _committed(result) -> list[int]:
+    return [layer.layer for layer in result.layers if layer.committed]
 
 
 def _report(layer_reports, seconds: float, retries: int) -> dict:
@@ -438,24 +335,18 @@ def _report(layer_reports, seconds: float, retries: int) -> dict:
     return {"layers": layer_reports, "totals": totals, "verified": None}
 
 
-def _migration_error(code, message, layer_reports, seconds, me, agent_names) -> MigrationError:
-    committed = [item["layer"] for item in layer_reports if item["committed"]]
-    layer = layer_reports[-1]["layer"] if layer_reports else None
-    operation = re.search(r"at layer \d+ \(([^()]*)\)", message)
-    operation = operation.group(1) if operation else ("transfers and verification" if code == "aborted" else None)
-    state = (f"layer {layer} and later: old placement on every rank; layers {committed or 'none'}: new placement"
-             if layer is not None else "nothing moved")
-    kind = {"timeout": TimeoutError, "remote disconnect": PeerLostError}.get(code, MigrationError)
-    return kind(message, code, layer=layer, rank=me, peer=_peer(message, me, agent_names), operation=operation,
-                state=state, elapsed_s=seconds, committed_layers=committed)
-
-
-def _peer(message: str, me: int, agent_names) -> int | None:
-    """The first other rank a failure message names (as "rank N" or by its agent's name)."""
-    for match in re.finditer(r"\branks? (\d+)", message):
-        if int(match.group(1)) != me:
-            return int(match.group(1))
-    for rank, name in enumerate(agent_names):
-        if rank != me and name and name in message:
-            return rank
-    return None
+def migration_error(result, message: str, me: int) -> MigrationError:
+    """The typed exception of a failed round (RoundReport from the library: code, peer, layer, operation)."""
+    committed = _committed(result)
+    layer = result.failed_layer
+    if layer is not None:
+        state = f"layer {layer} and later: old placement on every rank; layers {committed or 'none'}: new placement"
+    else:
+        state = f"layers {committed or 'none'}: new placement; the others old" if committed else "nothing moved"
+    kinds = {"timeout": TimeoutError, "remote disconnect": PeerLostError}
+    kind = kinds.get(result.code, MigrationError)
+    failed = [item for item in result.layers if item.layer == layer and item.failure_code in kinds]
+    if kind is MigrationError and failed:  # the layer's vote aborted it because its transfers timed out or lost a peer
+        kind = kinds[failed[0].failure_code]
+    return kind(message, result.code, layer=layer, rank=me, peer=result.peer, operation=result.operation or None,
+                state=state, elapsed_s=result.seconds, committed_layers=committed)

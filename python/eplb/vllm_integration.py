@@ -109,7 +109,9 @@ def install(backends="all", *, timeout: float = 30.0, retries: int = 2, transpor
         if isinstance(group_coordinator, module.StatelessGroupCoordinator):
             raise Error(f"EPLB communicator {backend!r} is eplb's (eplb.vllm.install): it needs a torch.distributed "
                         "gloo group, and vLLM's elastic EP (stateless groups) has none", "unsupported")
-        return cls(group_coordinator.cpu_group, expert_weights, expert_buffer, **options)
+        on_device = bool(expert_weights) and expert_weights[0][0].device.type != "cpu"
+        data_group = group_coordinator.device_group if on_device else None
+        return cls(group_coordinator.cpu_group, expert_weights, expert_buffer, data_group=data_group, **options)
 
     create_eplb_communicator.__doc__ = f"vLLM's factory, with eplb's communicator for {', '.join(names)}."
     _replace_factory(_installed or original, create_eplb_communicator)

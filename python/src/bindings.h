@@ -13,6 +13,6 @@ void bind_files(pybind11::module_& module);      // files.cpp: load files, place
 void bind_group(pybind11::module_& module);      // group.cpp: process groups (bootstraps, Python exchange)
 void bind_agent(pybind11::module_& module);      // agent.cpp: the transfer agent, agent-allocated buffers
 void bind_xfer(pybind11::module_& module);       // xfer.cpp: the agent's transfer calls (eplb.nixl)
-void bind_migrate(pybind11::module_& module);    // migrate.cpp: migration of adopted tensors
+void bind_migrate(pybind11::module_& module);    // bind_migrate.cpp: Migrator, AsyncMigration, reports, deadlines
 
 }  // namespace eplb::python

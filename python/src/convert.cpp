@@ -19,7 +19,8 @@ void register_status_translator() {
       if (pending) std::rethrow_exception(pending);
     } catch (const StatusError& failure) {
       py::object make = py::module_::import("eplb.errors").attr("_from_status");
-      py::object exception = make(std::string(code_name(failure.code())), failure.what());
+      py::object peer = failure.peer() >= 0 ? py::object(py::int_(failure.peer())) : py::object(py::none());
+      py::object exception = make(std::string(code_name(failure.code())), failure.what(), peer);
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
     }
   });

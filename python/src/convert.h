@@ -37,11 +37,14 @@ inline bool extent_in_range(py::ssize_t extent) { return extent >= 1 && extent <
 // A failed Status on its way to Python (see register_status_translator).
 class StatusError : public std::runtime_error {
  public:
-  explicit StatusError(const Status& status) : std::runtime_error(status.message()), code_(status.code()) {}
+  explicit StatusError(const Status& status)
+      : std::runtime_error(status.message()), code_(status.code()), peer_(status.peer()) {}
   Code code() const { return code_; }
+  int peer() const { return peer_; }
 
  private:
   Code code_;
+  int peer_;
 };
 
 void throw_if_error(const Status& status);

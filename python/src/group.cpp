@@ -11,6 +11,7 @@
 #include "convert.h"
 #include "eplb/bootstrap.h"
 #include "group.h"
+#include "python_plane.h"
 
 namespace eplb::python {
 namespace {
@@ -43,10 +44,7 @@ class PythonGroup final : public ProcessGroup {
                                          " contributions for " + std::to_string(size_) + " ranks");
       return contributions;
     } catch (py::error_already_set& failure) {
-      Code code = Code::Backend;
-      if (py::hasattr(failure.value(), "code"))
-        code = code_from_name(py::str(failure.value().attr("code")).cast<std::string>());
-      return error(code, py::str(failure.value()).cast<std::string>());
+      return status_of(failure);
     } catch (const py::cast_error& failure) {
       return error(Code::Internal, backend_ + " group: exchange must return a list of bytes (" + failure.what() + ")");
     }

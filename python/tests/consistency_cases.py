@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 import eplb
+from eplb import _eplb
 from async_cases import in_force
 from migration_cases import fill, make_weights, mismatches, random_placement
 
@@ -63,7 +64,8 @@ def stale_old_placement(rank: int, world: int, mode: str) -> dict:
 
 
 def stalled_serving_loop(rank: int, world: int) -> dict:
-    """Async round, timeout=1: rank 1 stops calling commit_ready() for 5 s after its first commit."""
+    """Async round, timeout=1: rank 1 stops calling commit_ready() after its first commit for longer than
+    the deadline its progress thread waits for it (a collective's: the transfers' 1 s + 10 s)."""
     old, new = _placements(world, 32)
     weights = make_weights(LAYERS, SLOTS, "plain")
     fill(weights, old, rank)
@@ -75,7 +77,7 @@ def stalled_serving_loop(rank: int, world: int) -> dict:
         while not handle.done and time.monotonic() < deadline:
             if handle.commit_ready() and rank == 1 and not stalled:
                 stalled = True
-                time.sleep(5)
+                time.sleep(_eplb.deadlines(1.0)["collective"] + 1.5)
             time.sleep(0.002)
         handle.poll()
     except eplb.MigrationError as failure:

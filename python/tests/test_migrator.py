@@ -103,9 +103,9 @@ def test_layout_mismatch_is_refused_on_every_rank(two_ranks):
     for result in two_ranks:
         layout = result["layout"]
         assert layout["untouched"]
-        assert layout["raised"].startswith("nbytes_per_expert mismatch: rank 1 has layer 1 tensor 1 of 42 B")
+        assert layout["raised"].startswith("nbytes_per_expert mismatch: rank 1 has layer 1 tensor 'tensor 1' of 42 B")
         assert "rank 0 has 48 B" in layout["raised"] and "bfloat16 [3, 7]" in layout["raised"]
-        assert "rank 0 cannot migrate" in layout["strided"] and "not contiguous" in layout["strided"]
+        assert "rank 0 failed to set up" in layout["strided"] and "not contiguous" in layout["strided"]
 
 
 @pytest.mark.parametrize("name", ["err retried", "corrupt retried", "stall retried"])

@@ -173,11 +173,11 @@ def corrupted_row(rank: int, world: int, shape) -> dict:
     old, new = (random_indices(generator, layers, world * local, logical) for _ in range(2))
     weights = make_weights(old, local, rank)
     buffer = new_buffer(weights)
-    os.environ["EPLB_NIXL_INJECT"] = "corrupt=1.0,seed=1"
+    os.environ["EPLB_COMMUNICATOR_INJECT"] = "corrupt=1.0,seed=1"
     try:
         comm = communicator(dist.group.WORLD, weights, buffer, timeout=5.0, retries=1)
     finally:
-        del os.environ["EPLB_NIXL_INJECT"]
+        del os.environ["EPLB_COMMUNICATOR_INJECT"]
     before = snapshot(weights)
     started = time.monotonic()
     try:

@@ -37,4 +37,24 @@ uint64_t copy_with_checksum(uint8_t* target, const uint8_t* source, size_t lengt
   return XXH3_64bits_digest(&state);
 }
 
+uint64_t dev64_digest(std::span<const uint8_t> data) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull, kSalt = 0xC2B2AE3D27D4EB4Full;
+  const size_t words = data.size() / 4;
+  uint64_t acc = 0, multiplier = kGolden;  // (2i + 1) * golden, stepped by 2 * golden
+  const uint64_t step = 2 * kGolden;
+  for (size_t i = 0; i < words; ++i, multiplier += step) acc += uint64_t(load<uint32_t>(data.data() + 4 * i)) * multiplier;
+  if (data.size() % 4) {
+    uint8_t tail[4] = {0, 0, 0, 0};
+    std::memcpy(tail, data.data() + 4 * words, data.size() % 4);
+    acc += uint64_t(load<uint32_t>(tail)) * multiplier;
+  }
+  uint64_t x = acc ^ (uint64_t(data.size()) * kSalt);
+  x ^= x >> 33;
+  x *= 0xFF51AFD7ED558CCDull;
+  x ^= x >> 33;
+  x *= 0xC4CEB9FE1A85EC53ull;
+  x ^= x >> 33;
+  return x;
+}
+
 }  // namespace eplb::bytes

@@ -42,6 +42,11 @@ uint64_t checksum(std::string_view data);
 // returns checksum() of the copied bytes, hashed in cache-sized pieces right
 // after each is copied: one pass over memory instead of a copy then a hash.
 uint64_t copy_with_checksum(uint8_t* target, const uint8_t* source, size_t length);
+// The "eplb-dev64" digest of `data` (python/eplb/digest.py defines it; the
+// torch ops there compute the same value on any device): the zero-padded
+// little-endian uint32 words w_i, acc = sum w_i * (2i + 1) * 0x9E3779B97F4A7C15
+// mod 2^64, then MurmurHash3's fmix64 of acc ^ (length * 0xC2B2AE3D27D4EB4F).
+uint64_t dev64_digest(std::span<const uint8_t> data);
 
 class Writer {
  public:

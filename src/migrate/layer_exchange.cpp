@@ -7,6 +7,7 @@
 // staging itself afterwards (no commit here).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -81,29 +82,48 @@ Result<Publication> decode(std::string_view message, int rank, size_t tensors) {
 }
 
 // Every receive has the matching send and the reverse: (source, destination,
-// source slot, destination slot, expert) as a set on both sides.
+// source slot, expert), counted on both sides (a sender need not know the
+// slot a row lands in).
 Status check_pairing(const std::vector<Publication>& all, int layer) {
-  using Key = std::tuple<int, int, int, int, int>;
-  std::set<Key> wanted, offered;
+  using Key = std::tuple<int, int, int, int>;
+  std::map<Key, int> wanted, offered;
   for (size_t r = 0; r < all.size(); ++r) {
-    for (const auto& [source, slot, expert, destination_slot] : all[r].receives)
-      wanted.insert({source, int(r), slot, destination_slot, expert});
+    for (const auto& [source, slot, expert, destination_slot] : all[r].receives) ++wanted[{source, int(r), slot, expert}];
     for (const auto& [destination, slot, expert, destination_slot] : all[r].sends)
-      offered.insert({int(r), destination, slot, destination_slot, expert});
+      ++offered[{int(r), destination, slot, expert}];
   }
-  for (const auto& [source, destination, slot, destination_slot, expert] : wanted)
-    if (!offered.count({source, destination, slot, destination_slot, expert}))
-      return error(Code::Mismatch, fmt::format("layer {}: rank {} expects expert {} from rank {} (its slot {}), but "
-                                               "rank {} queued no such send; nothing was transferred",
-                                               layer, destination, expert, source, slot, source))
+  for (const auto& [key, count] : wanted) {
+    const auto& [source, destination, slot, expert] = key;
+    if (offered[key] != count)
+      return error(Code::Mismatch, fmt::format("layer {}: rank {} expects expert {} from rank {} (its slot {}) {} "
+                                               "time(s), but rank {} queued {} such send(s); nothing was transferred",
+                                               layer, destination, expert, source, slot, count, source, offered[key]))
           .with_peer(source);
-  for (const auto& [source, destination, slot, destination_slot, expert] : offered)
-    if (!wanted.count({source, destination, slot, destination_slot, expert}))
+  }
+  for (const auto& [key, count] : offered) {
+    const auto& [source, destination, slot, expert] = key;
+    if (count && wanted[key] != count)
       return error(Code::Mismatch, fmt::format("layer {}: rank {} queued a send of expert {} to rank {}, which "
                                                "queued no such receive; nothing was transferred",
                                                layer, source, expert, destination))
           .with_peer(destination);
+  }
   return Status::ok();
+}
+
+// Both sides of a pair in one order without the destination slot, which a
+// sender need not know: receives by (source, source slot, expert), sends by
+// (destination, source slot, expert).
+LayerTransfers canonical(const LayerExchange& exchange) {
+  LayerTransfers out{exchange.layer, exchange.receives, exchange.sends};
+  std::stable_sort(out.receives.begin(), out.receives.end(), [](const RowReceive& a, const RowReceive& b) {
+    return std::tie(a.source_rank, a.source_slot, a.expert) < std::tie(b.source_rank, b.source_slot, b.expert);
+  });
+  std::stable_sort(out.sends.begin(), out.sends.end(), [&](const RowSend& a, const RowSend& b) {
+    return std::tie(a.destination_rank, a.from.local_slot, a.expert) <
+           std::tie(b.destination_rank, b.from.local_slot, b.expert);
+  });
+  return out;
 }
 
 Publication publication(Migrator::State& state, const LayerExchange& exchange, Status* local) {
@@ -196,7 +216,7 @@ RoundReport Migrator::exchange(const LayerExchange& exchange) {
   }
   const std::vector<int> none;
   LayerRun run(state, options_, exchange.layer, none, nullptr);
-  LayerTransfers given{exchange.layer, exchange.receives, exchange.sends};
+  LayerTransfers given = canonical(exchange);
   report.status = run.run_exchange(given, published,
                                    most_rows * state.store->layout().bytes_per_expert(exchange.layer));
   if (!report.status.is_ok()) {

@@ -145,6 +145,20 @@ Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, xfer::Ag
   return created;
 }
 
+Status Migrator::refuse_setup(ProcessGroup& group, const std::string& why, Deadline deadline) {
+  migrate::RankMap mine;
+  mine.setup_error = why;
+  auto gathered = group.allgather(migrate::encode_map(mine), deadline);
+  if (!gathered) return gathered.status().with_context("exchanging expert memory maps");
+  for (int r = 0; r < group.size(); ++r) {
+    auto map = migrate::decode_map((*gathered)[size_t(r)], r);
+    if (!map) return map.status();
+    if (!map->setup_error.empty())
+      return error(Code::Aborted, fmt::format("rank {} failed to set up: {}", r, map->setup_error)).with_peer(r);
+  }
+  return error(Code::Internal, "refuse_setup: this rank's refusal is missing from the exchange");
+}
+
 Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, DataPlane& plane, ExpertStore& store,
                                                    const Topology& topology, MigrateOptions options,
                                                    Deadline deadline) {

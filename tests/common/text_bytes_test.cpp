@@ -147,3 +147,37 @@ TEST(Bytes, ChecksumIsXxh3) {
 
 }  // namespace
 }  // namespace eplb
+
+namespace eplb {
+namespace {
+
+// Known answers of the "eplb-dev64" digest, computed by the plain-Python
+// reference (python/eplb/digest.py reference_digest); the torch ops and this
+// C++ loop must give the same values.
+TEST(Dev64Digest, KnownAnswers) {
+  EXPECT_EQ(bytes::dev64_digest({}), 0x0ull);
+  const std::string abc = "abc";
+  EXPECT_EQ(bytes::dev64_digest(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(abc.data()), 3)),
+            0xb1f9597d70f30d6aull);
+  std::vector<uint8_t> all(256);
+  for (int i = 0; i < 256; ++i) all[size_t(i)] = uint8_t(i);
+  EXPECT_EQ(bytes::dev64_digest(all), 0x3a837acdefd578d5ull);
+}
+
+TEST(Dev64Digest, EveryWordAndItsPositionCount) {
+  std::vector<uint8_t> row(4096, 7);
+  const uint64_t base = bytes::dev64_digest(row);
+  row[1000] ^= 1;
+  EXPECT_NE(bytes::dev64_digest(row), base);
+  row[1000] ^= 1;
+  std::swap(row[0], row[4]);  // equal words trade places: same bytes
+  EXPECT_EQ(bytes::dev64_digest(row), base);
+  row[0] = 9;
+  const uint64_t one = bytes::dev64_digest(row);
+  std::swap(row[0], row[4]);  // different words trade places
+  EXPECT_NE(bytes::dev64_digest(row), one);
+  EXPECT_NE(bytes::dev64_digest(std::span<const uint8_t>(row.data(), 4095)), bytes::dev64_digest(row));
+}
+
+}  // namespace
+}  // namespace eplb

@@ -47,7 +47,7 @@ def _algorithm_name(algorithm, num_groups, num_nodes) -> str:
 
 
 def rebalance_experts(tokens_per_expert, num_physical_experts, num_local_physical_experts, num_groups, num_nodes,
-                      algorithm, *, current=None, active_ranks=None, **options):
+                      algorithm, *, current=None, active_ranks=None, ties="sglang", **options):
     """(phy2log, log2phy, logcnt) for SGLang, from the recorder's window of expert token counts.
 
     Args:
@@ -59,8 +59,11 @@ def rebalance_experts(tokens_per_expert, num_physical_experts, num_local_physica
         algorithm: one of ALGORITHMS (or an enum member named so).
         current: relabel / incremental: the placement in force, phy2log [layers, slots].
         active_ranks: elasticity_aware: which ranks serve, [ranks] bools or 0/1 (default: all).
-        **options: more keyword arguments of eplb.rebalance_experts (threads, budget, estimator, ...);
-            not taken by deepseek_vec.
+        ties: deepseek and elasticity_aware: "sglang" (default) breaks ties as SGLang does under torch
+            (identical results); "eplb" runs eplb's `deepseek` policy (lower index first, and its
+            options: threads, min_gain, anti_affinity, ...).
+        **options: keyword arguments of eplb.rebalance_experts for eplb's policies (ties="eplb",
+            relabel, incremental, balanced).
 
     Returns:
         int64 (phy2log, log2phy, logcnt), torch tensors if tokens_per_expert is one, else numpy arrays.
@@ -72,27 +75,39 @@ def rebalance_experts(tokens_per_expert, num_physical_experts, num_local_physica
     groups = 1 if num_groups is None else _arrays.count("num_groups", num_groups)
     nodes = _arrays.count("num_nodes", num_nodes)
     name = _algorithm_name(algorithm, groups, nodes)
+    if ties not in ("sglang", "eplb"):
+        raise Error(f"ties must be 'sglang' or 'eplb', got {ties!r}")
     if active_ranks is not None and not name.startswith("elasticity_aware"):
         raise Error(f"active_ranks applies to elasticity_aware only, not {name!r}")
     hierarchical = name.endswith("_hierarchical")
     if hierarchical and groups % nodes != 0:
         raise Error(f"{name} needs num_groups % num_nodes == 0, got {groups} groups and {nodes} nodes "
                     "(use the global variant or 'auto')")
+    shape = (slots, local, groups, nodes, hierarchical)
+    sglang_ties = ties == "sglang" and not name.startswith(("relabel", "incremental", "balanced"))
+    if sglang_ties and (options or current is not None):
+        raise Error(f"{name} takes no options with ties='sglang' (got "
+                    f"{sorted(options) + (['current'] if current is not None else [])}); pass ties='eplb'")
     if name.startswith("deepseek_vec"):
-        if options or current is not None:
-            raise Error(f"{name} takes no options, got {sorted(options) + (['current'] if current is not None else [])}")
-        return _deepseek_vec(tokens_per_expert, slots, local, groups, nodes, hierarchical)
+        return _outputs(_kernel(_eplb.deepseek_vec, tokens_per_expert, *shape), tokens_per_expert)
     if name.startswith("elasticity_aware"):
-        return _elasticity_aware(tokens_per_expert, slots, local, groups, nodes, hierarchical, active_ranks, options)
+        return _outputs(_elasticity_aware(tokens_per_expert, shape, active_ranks, sglang_ties, options),
+                        tokens_per_expert)
+    if sglang_ties:
+        return _outputs(_kernel(_eplb.deepseek_torch, tokens_per_expert, *shape), tokens_per_expert)
     if name in ("deepseek", "deepseek_hierarchical"):
         groups, nodes, name = (groups, nodes, "deepseek") if hierarchical else (1, 1, "deepseek")
     return _rebalance_experts(tokens_per_expert, slots, groups, nodes, slots // local, policy=name, current=current,
                               **options)
 
 
+def _outputs(arrays, like):
+    return tuple(_arrays.output(np.ascontiguousarray(array), like) for array in arrays)
+
+
 def _precision(tokens) -> str:
-    """The dtype class SGLang computes deepseek_vec in: "int", "float32" or "float64" (float16 and
-    bfloat16 are computed in float32, which SGLang does only in part)."""
+    """The dtype class SGLang computes in: "int", "float32" or "float64" (float16 and bfloat16 are
+    computed in float32, which SGLang does only in part)."""
     dtype = _arrays.dtype_of(tokens)
     if dtype is None:
         dtype = _arrays._numpy_of("tokens_per_expert", tokens).dtype
@@ -104,20 +119,21 @@ def _precision(tokens) -> str:
     return "float32"
 
 
-def _deepseek_vec(tokens, slots, local, groups, nodes, hierarchical):
+def _kernel(function, tokens, slots, local, groups, nodes, hierarchical):
+    """(phy2log, log2phy, logcnt) as numpy arrays from one of the C++ SGLang kernels."""
     window = _arrays.loads("tokens_per_expert", tokens)
     if window.ndim == 2:
         window = window[None]
     if window.ndim != 3:
         raise Error(f"tokens_per_expert must be [steps, layers, experts] or [layers, experts], got {window.shape}")
-    phy2log, log2phy, logcnt, _ = _eplb.deepseek_vec(window, slots, local, groups, nodes, hierarchical,
-                                                     _precision(tokens))
-    return _arrays.output(phy2log, tokens), _arrays.output(log2phy, tokens), _arrays.output(logcnt, tokens)
+    return function(window, slots, local, groups, nodes, hierarchical, _precision(tokens))[:3]
 
 
 def _active_mask(active_ranks, ranks: int) -> np.ndarray:
     if active_ranks is None:
         return np.ones(ranks, dtype=bool)
+    if _arrays.is_tensor(active_ranks):
+        active_ranks = active_ranks.detach().cpu().numpy()  # bool tensors included
     mask = _arrays._numpy_of("active_ranks", active_ranks)
     if mask.shape != (ranks,) or mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():
         raise Error(f"active_ranks must be {ranks} bools or 0/1 (one per rank), got shape {mask.shape} "
@@ -127,25 +143,30 @@ def _active_mask(active_ranks, ranks: int) -> np.ndarray:
     return mask.astype(bool)
 
 
-def _elasticity_aware(tokens, slots, local, groups, nodes, hierarchical, active_ranks, options):
+def _elasticity_aware(tokens, shape, active_ranks, sglang_ties, options):
     """SGLang's elasticity_aware: deepseek on the active ranks (global when some are inactive), then
     the slots of each inactive rank inserted holding expert 0, later slots' numbers shifted."""
+    slots, local, groups, nodes, hierarchical = shape
     ranks = slots // local
     active = _active_mask(active_ranks, ranks)
     serving = int(active.sum())
-    if serving == ranks:
+    if serving < ranks:
+        slots, groups, nodes, hierarchical = local * serving, 1, 1, False
+    if sglang_ties:
+        phy2log, log2phy, logcnt = _kernel(_eplb.deepseek_torch, tokens, slots, local, groups, nodes, hierarchical)
+    else:
+        load = _arrays.policy_loads("tokens_per_expert", tokens)
         shape = (groups, nodes) if hierarchical else (1, 1)
-        return _rebalance_experts(tokens, slots, *shape, ranks, policy="deepseek", **options)
-    load = _arrays.policy_loads("tokens_per_expert", tokens)
-    phy2log, log2phy, logcnt = _rebalance_experts(load, local * serving, 1, 1, serving, policy="deepseek", **options)
+        phy2log, log2phy, logcnt = _rebalance_experts(load, slots, *shape, slots // local, policy="deepseek",
+                                                      **options)
+    if serving == ranks:
+        return phy2log, log2phy, logcnt
     layers = phy2log.shape[0]
     pieces = list(phy2log.reshape(layers, serving, local).transpose(1, 0, 2))
     for rank in np.flatnonzero(~active):
         pieces.insert(int(rank), np.zeros((layers, local), dtype=phy2log.dtype))
         log2phy = np.where(log2phy >= rank * local, log2phy + local, log2phy)
-    phy2log = np.ascontiguousarray(np.stack(pieces, axis=1).reshape(layers, slots))
-    return (_arrays.output(phy2log, tokens), _arrays.output(np.ascontiguousarray(log2phy), tokens),
-            _arrays.output(logcnt, tokens))
+    return np.stack(pieces, axis=1).reshape(layers, ranks * local), log2phy, logcnt
 
 
 # ----------------------------------------------------------------------------------------------

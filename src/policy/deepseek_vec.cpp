@@ -35,7 +35,6 @@ Status check_shape(const VecShape& s, VecPrecision precision) {
       return invalid("hierarchical needs experts % groups == 0 and groups % nodes == 0, got " +
                      std::to_string(s.experts) + " experts, " + std::to_string(s.groups) + " groups, " +
                      std::to_string(s.nodes) + " nodes");
-    if (precision == VecPrecision::Float64) return invalid("the hierarchical variant runs in float32 (precision Float64)");
   }
   if (s.slots % chunks != 0 || s.experts % chunks != 0 || (s.slots - s.experts) % chunks != 0)
     return invalid("slots, experts and redundant slots must split evenly over " + std::to_string(chunks) + " chunk(s)");
@@ -130,7 +129,7 @@ Result<VecArrays> deepseek_vec(const double* tokens, const VecShape& shape, VecP
   out.log2phy.assign(size_t(shape.layers) * size_t(shape.experts) * size_t(out.width), -1);
   out.logcnt.assign(size_t(shape.layers) * size_t(shape.experts), 0);
   for (int layer = 0; layer < shape.layers; ++layer) {
-    if (precision == VecPrecision::Float64) run_layer<double>(tokens, shape, precision, layer, out);
+    if (precision == VecPrecision::Float64 && !shape.hierarchical) run_layer<double>(tokens, shape, precision, layer, out);
     else run_layer<float>(tokens, shape, shape.hierarchical ? VecPrecision::Float32 : precision, layer, out);
   }
   return out;

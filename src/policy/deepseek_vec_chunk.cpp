@@ -58,12 +58,13 @@ int choose(ChunkJob<T>& job) {
 template <typename T>
 void deal_to_ranks(ChunkJob<T>& job, int local_slots) {
   const int slots = job.slots, ranks = slots / local_slots;
-  std::vector<T> load(size_t(slots));
+  std::vector<T> load(static_cast<size_t>(slots));
   for (int q = 0; q < slots; ++q) {
     const int32_t j = job.phy2local[size_t(q)];
     load[size_t(q)] = job.step_sum[size_t(j)] / T(job.count[size_t(j)]);
   }
-  std::vector<int32_t> order = torch_descending_order(load), new_of_old(size_t(slots)), phy(size_t(slots));
+  const std::vector<int32_t> order = torch_descending_order(load);
+  std::vector<int32_t> new_of_old(static_cast<size_t>(slots)), phy(static_cast<size_t>(slots));
   for (int g = 0; g < ranks; ++g)
     for (int k = 0; k < local_slots; ++k) {
       const int old = order[size_t(k * ranks + (k % 2 == 1 ? ranks - 1 - g : g))];

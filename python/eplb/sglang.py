@@ -9,7 +9,8 @@ ranks = num_physical_experts / num_local_physical_experts; it returns
 SGLang 0.5.23 offers (its EplbAlgorithm enum) gives SGLang's answer on the
 same input, computed by eplb's C++ library (docs/python.md, "SGLang"):
 "deepseek" (global), "deepseek_hierarchical" (groups packed onto nodes;
-num_groups % num_nodes must be 0), "deepseek_vec" and
+num_groups % num_nodes must be 0), with torch's tie order (ties="eplb":
+eplb's deepseek policy, lower index first, with its options), "deepseek_vec" and
 "deepseek_vec_hierarchical" (SGLang's vectorised variant: it scores every
 step of the window, so the steps are not summed first; log2phy is
 R - E + 1 wide), "elasticity_aware" and "elasticity_aware_hierarchical"

@@ -122,9 +122,7 @@ Result<VecArrays> deepseek_vec(const double* tokens, const VecShape& shape, VecP
   out.num_layers = shape.layers;
   out.num_experts = shape.experts;
   out.num_slots = shape.slots;
-  const int chunks = shape.hierarchical ? shape.nodes : 1;
   out.width = shape.slots - shape.experts + 1;
-  (void)chunks;
   out.phy2log.assign(size_t(shape.layers) * size_t(shape.slots), 0);
   out.log2phy.assign(size_t(shape.layers) * size_t(shape.experts) * size_t(out.width), -1);
   out.logcnt.assign(size_t(shape.layers) * size_t(shape.experts), 0);

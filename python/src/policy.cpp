@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "bindings.h"
 #include "convert.h"
 #include "eplb/common.h"
+#include "eplb/deepseek_vec.h"
 #include "eplb/estimator.h"
 #include "eplb/policy.h"
 
@@ -170,9 +172,60 @@ py::tuple place(const py::array& weight, const PlaceArguments& arguments, const 
   return py::make_tuple(arrays[0], arrays[1], arrays[2], seconds);
 }
 
+// SGLang's deepseek_vec or deepseek_torch (eplb/deepseek_vec.h) over tokens
+// [S][L][E] (float64, C order) with the precision SGLang would compute in
+// ("int", "float32", "float64"): (phy2log, log2phy, logcnt, policy seconds), int64.
+using VecFunction = Result<VecArrays> (*)(const double*, const VecShape&, VecPrecision);
+
+py::tuple place_deepseek_vec(VecFunction function, const DoubleArray& tokens, const VecShape& partial,
+                             const std::string& precision) {
+  if (tokens.ndim() != 3)
+    throw StatusError(Status(Code::InvalidArgument, "sglang: tokens must be [steps][layers][experts], got " +
+                                                        std::to_string(tokens.ndim()) + " dimensions"));
+  for (int d = 0; d < 3; ++d)
+    if (!extent_in_range(tokens.shape(d)))
+      throw StatusError(Status(Code::InvalidArgument, "sglang: tokens extent out of range"));
+  VecShape shape = partial;
+  shape.steps = int(tokens.shape(0)), shape.layers = int(tokens.shape(1)), shape.experts = int(tokens.shape(2));
+  VecPrecision kind = VecPrecision::Float32;
+  if (precision == "int") kind = VecPrecision::Int;
+  else if (precision == "float64") kind = VecPrecision::Float64;
+  else if (precision != "float32")
+    throw StatusError(Status(Code::InvalidArgument, "sglang: precision must be int, float32 or float64, got '" +
+                                                        precision + "'"));
+  Result<VecArrays> computed = Status(Code::Internal, "the policy did not run");
+  double seconds = 0;
+  {
+    py::gil_scoped_release release;
+    Stopwatch watch;
+    computed = function(tokens.data(), shape, kind);
+    seconds = watch.seconds();
+  }
+  const VecArrays arrays = value_or_throw(std::move(computed));
+  auto out = int64_arrays({{arrays.phy2log, {arrays.num_layers, arrays.num_slots}},
+                           {arrays.log2phy, {arrays.num_layers, arrays.num_experts, arrays.width}},
+                           {arrays.logcnt, {arrays.num_layers, arrays.num_experts}}});
+  return py::make_tuple(out[0], out[1], out[2], seconds);
+}
+
 }  // namespace
 
 void bind_policy(py::module_& module) {
+  for (auto [name, function] : {std::pair<const char*, VecFunction>{"deepseek_vec", &deepseek_vec},
+                                 std::pair<const char*, VecFunction>{"deepseek_torch", &deepseek_torch}})
+    module.def(
+        name,
+        [function](const DoubleArray& tokens, int num_slots, int local_slots, int num_groups, int num_nodes,
+                   bool hierarchical, const std::string& precision) {
+          VecShape shape;
+          shape.slots = num_slots, shape.local_slots = local_slots, shape.groups = num_groups, shape.nodes = num_nodes;
+          shape.hierarchical = hierarchical;
+          return place_deepseek_vec(function, tokens, shape, precision);
+        },
+        py::arg("tokens"), py::arg("num_slots"), py::arg("local_slots"), py::arg("num_groups"), py::arg("num_nodes"),
+        py::arg("hierarchical"), py::arg("precision"),
+        "SGLang's algorithm (deepseek_vec, or deepseek in torch's tie order): (phy2log, log2phy, logcnt, policy "
+        "seconds). Releases the GIL while it runs.");
   module.def("policy_names", &policy_names, "Names of the placement policies.");
   module.def(
       "place",

@@ -1,0 +1,77 @@
+// SGLang's deepseek_vec and deepseek in torch's tie order (eplb/deepseek_vec.h):
+// valid placements, determinism, the shape checks, and bad values. Agreement
+// with SGLang's own code is python/tests/test_sglang_real.py.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "eplb/deepseek_vec.h"
+
+namespace eplb {
+namespace {
+
+std::vector<double> window(int steps, int layers, int experts, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> counts(0, 999);
+  std::vector<double> values(size_t(steps) * size_t(layers) * size_t(experts));
+  for (double& v : values) v = counts(rng);
+  return values;
+}
+
+// Every slot's expert has the slot among its log2phy entries, counts agree.
+void expect_consistent(const VecArrays& a) {
+  for (int l = 0; l < a.num_layers; ++l) {
+    std::vector<int> seen(size_t(a.num_experts), 0);
+    for (int q = 0; q < a.num_slots; ++q) ++seen[size_t(a.phy2log[size_t(l * a.num_slots + q)])];
+    for (int e = 0; e < a.num_experts; ++e) {
+      const int count = a.logcnt[size_t(l * a.num_experts + e)];
+      EXPECT_EQ(seen[size_t(e)], count) << "layer " << l << " expert " << e;
+      for (int k = 0; k < a.width; ++k) {
+        const int32_t slot = a.log2phy[size_t((l * a.num_experts + e) * a.width + k)];
+        if (k < count) EXPECT_EQ(a.phy2log[size_t(l * a.num_slots + slot)], e);
+        else EXPECT_EQ(slot, -1);
+      }
+    }
+  }
+}
+
+TEST(DeepSeekVec, ValidDeterministicPlacements) {
+  const std::vector<double> tokens = window(4, 3, 64, 7);
+  for (bool hierarchical : {false, true})
+    for (auto function : {&deepseek_vec, &deepseek_torch}) {
+      VecShape shape{4, 3, 64, 80, 10, 8, 4, hierarchical};
+      Result<VecArrays> first = function(tokens.data(), shape, VecPrecision::Int);
+      ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+      expect_consistent(*first);
+      Result<VecArrays> again = function(tokens.data(), shape, VecPrecision::Int);
+      ASSERT_TRUE(again.is_ok());
+      EXPECT_EQ(first->phy2log, again->phy2log);
+      EXPECT_EQ(first->log2phy, again->log2phy);
+    }
+}
+
+TEST(DeepSeekVec, LogToPhyIsRedundantPlusOneWide) {
+  const std::vector<double> tokens = window(2, 2, 16, 3);
+  Result<VecArrays> placed = deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Float64);
+  ASSERT_TRUE(placed.is_ok());
+  EXPECT_EQ(placed->width, 24 - 16 + 1);
+}
+
+TEST(DeepSeekVec, BadShapesAndValuesAreErrors) {
+  std::vector<double> tokens = window(2, 2, 16, 3);
+  EXPECT_FALSE(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 12, 3, 1, 1, false}, VecPrecision::Int).is_ok());
+  EXPECT_FALSE(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 5, 1, 1, false}, VecPrecision::Int).is_ok());
+  EXPECT_FALSE(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 3, 3, 2, true}, VecPrecision::Int).is_ok());
+  EXPECT_FALSE(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 4, 3, true}, VecPrecision::Int).is_ok());
+  EXPECT_FALSE(deepseek_vec(nullptr, VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int).is_ok());
+  tokens[5] = -1;
+  Status negative = deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int).status();
+  EXPECT_EQ(negative.code(), Code::InvalidArgument);
+  tokens[5] = 0.5;
+  EXPECT_FALSE(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int).is_ok());
+  EXPECT_TRUE(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Float64).is_ok());
+}
+
+}  // namespace
+}  // namespace eplb

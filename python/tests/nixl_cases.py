@@ -1,0 +1,211 @@
+"""One two-process NIXL script, run on real `nixl` or on `eplb.nixl` (conformance, issue 28 item 3).
+
+run_pair(backend) starts two spawned processes, "initiator" and "target", each with an agent of the
+backend module ("nixl" -> `nixl._api`, "eplb" -> `eplb.nixl`) on DRAM with the UCX backend. They talk
+over a multiprocessing pipe only to exchange metadata and addresses and to keep step. Every NIXL call
+is recorded as a row (role, call, kind, value): `kind` is what the comparison uses (the result's type
+name, a state, a bool, or "raises"), `value` what the table shows. Returns the rows of both roles, or
+raises RuntimeError naming the role and its traceback when a process failed or overran its deadline.
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import time
+import traceback
+
+import numpy as np
+
+MODULES = {"nixl": "nixl._api", "eplb": "eplb.nixl"}
+CONFIG_ATTRS = ("backends", "enable_pthread", "enable_listen", "port", "capture_telemetry", "num_threads",
+                "sync_mode")  # what real nixl's nixl_agent_config stores
+SLOT, SLOTS = 4096, 8  # each side registers SLOTS slots of SLOT bytes
+STATES = ("DONE", "PROC", "ERR")
+POLL_S = 10.0  # every wait's deadline
+
+
+def describe(value) -> tuple[str, str]:
+    """(kind, value) of a call's result, as the comparison and the table show it."""
+    if value is None:
+        return "None", "None"
+    if isinstance(value, bool):
+        return f"bool:{value}", str(value)
+    if isinstance(value, str):
+        return (f"state:{value}" if value in STATES else "str"), value
+    if isinstance(value, bytes):
+        return "bytes", f"{len(value)} B"
+    if isinstance(value, dict):
+        shown = {str(k): [bytes(m) for m in v] for k, v in sorted(value.items())}
+        return f"dict:{shown}", str(shown)
+    return type(value).__name__, type(value).__name__
+
+
+class Recorder:
+    def __init__(self, role: str):
+        self.role, self.rows = role, []
+
+    def call(self, name: str, fn, *args, **kwargs):
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as failure:  # recorded: a call that raises is a row too
+            self.rows.append((self.role, name, f"raises:{type(failure).__name__}", str(failure)[:160]))
+            return None
+        self.rows.append((self.role, name, *describe(result)))
+        return result
+
+    def note(self, name: str, value) -> None:
+        self.rows.append((self.role, name, *describe(value)))
+
+
+def poll(fn, until, deadline_s: float = POLL_S):
+    """Calls fn() until until(result) or the deadline; returns the last result."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        result = fn()
+        if until(result) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.0005)
+
+
+def _setup(rec: Recorder, api, name: str, fill: int):
+    config = rec.call("nixl_agent_config(backends=['UCX'])", api.nixl_agent_config, backends=["UCX"])
+    rec.note("nixl_agent_config attributes", all(hasattr(config, a) for a in CONFIG_ATTRS))
+    agent = rec.call("nixl_agent(name, config)", api.nixl_agent, name, config)
+    memory = np.full(SLOT * SLOTS, fill, dtype=np.uint8)
+    memory[:] += np.arange(memory.size, dtype=np.uint64).astype(np.uint8)
+    rows = np.array([[memory.ctypes.data, memory.nbytes, 0]], dtype=np.uint64)
+    reg = rec.call("get_reg_descs(Nx3 array, 'DRAM')", agent.get_reg_descs, rows, "DRAM")
+    rec.call("nixlRegDList.descCount()", reg.descCount)
+    rec.call("register_memory(reg descs)", agent.register_memory, reg)
+    metadata = rec.call("get_agent_metadata()", agent.get_agent_metadata)
+    return agent, memory, reg, metadata
+
+
+def _slots(memory, indices):
+    return [(memory.ctypes.data + i * SLOT, SLOT, 0) for i in indices]
+
+
+def _initiator(rec: Recorder, api, conn) -> None:
+    agent, memory, reg, metadata = _setup(rec, api, "initiator", 1)
+    conn.send((metadata, memory.ctypes.data))
+    peer_metadata, peer_address = conn.recv()
+    peer = rec.call("add_remote_agent(peer metadata)", agent.add_remote_agent, peer_metadata)
+    rec.note("add_remote_agent returns the peer's name", peer == "target")
+    xfer = rec.call("get_xfer_descs(tuples, 'DRAM')", agent.get_xfer_descs, _slots(memory, range(4)), "DRAM")
+    rec.call("nixlXferDList.descCount()", xfer.descCount)
+    local = rec.call("prep_xfer_dlist('NIXL_INIT_AGENT', tuples, 'DRAM')", agent.prep_xfer_dlist,
+                     "NIXL_INIT_AGENT", _slots(memory, range(SLOTS)), "DRAM")
+    remote_slots = [(peer_address + i * SLOT, SLOT, 0) for i in range(SLOTS)]
+    remote = rec.call("prep_xfer_dlist(peer, tuples, 'DRAM')", agent.prep_xfer_dlist, "target", remote_slots, "DRAM")
+    read = rec.call("make_prepped_xfer('READ', [0, 1], [2, 3], b'read-done')", agent.make_prepped_xfer, "READ",
+                    local, [0, 1], remote, [2, 3], b"read-done")
+    rec.call("check_xfer_state(READ) before transfer", agent.check_xfer_state, read)
+    started = rec.call("transfer(READ)", agent.transfer, read)
+    rec.note("transfer(READ) in DONE/PROC", started in ("DONE", "PROC"))
+    rec.call("check_xfer_state(READ) polled", poll, lambda: agent.check_xfer_state(read), lambda s: s != "PROC")
+    conn.send("read posted")
+    expected = np.full(2 * SLOT, 2, dtype=np.uint8) + np.arange(2 * SLOT, 4 * SLOT, dtype=np.uint64).astype(np.uint8)
+    rec.note("READ landed byte-exact", bool(np.array_equal(memory[: 2 * SLOT], expected)))
+    again = rec.call("transfer(READ) again (repost)", agent.transfer, read)
+    rec.note("repost in DONE/PROC", again in ("DONE", "PROC"))
+    rec.call("check_xfer_state(READ repost) polled", poll, lambda: agent.check_xfer_state(read),
+             lambda s: s != "PROC")
+    write = rec.call("make_prepped_xfer('WRITE', [4], [5], b'write-done')", agent.make_prepped_xfer, "WRITE",
+                     local, np.array([4], dtype=np.int32), remote, np.array([5], dtype=np.int32), b"write-done")
+    rec.call("transfer(WRITE)", lambda: agent.transfer(write) in ("DONE", "PROC"))
+    rec.call("check_xfer_state(WRITE) polled", poll, lambda: agent.check_xfer_state(write), lambda s: s != "PROC")
+    conn.send("write done")
+    rec.note("target saw READ and WRITE", conn.recv())
+    rec.call("make_prepped_xfer index out of range", agent.make_prepped_xfer, "READ", local, [0], remote, [SLOTS])
+    rec.call("make_prepped_xfer lengths differ", agent.make_prepped_xfer, "READ", local, [0, 1], remote, [0])
+    rec.call("send_notif(peer, b'hello')", agent.send_notif, "target", b"hello")
+    rec.call("get_new_notifs() polled", poll, agent.get_new_notifs, bool)
+    rec.call("get_new_notifs() when none", agent.get_new_notifs)
+    rec.call("release_xfer_handle(READ)", agent.release_xfer_handle, read)
+    rec.call("nixl_xfer_handle.release() (WRITE)", write.release)
+    rec.call("release_dlist_handle(local)", agent.release_dlist_handle, local)
+    rec.call("nixl_prepped_dlist_handle.release() (remote)", remote.release)
+    conn.send("released")
+    conn.recv()
+    rec.call("remove_remote_agent(peer)", agent.remove_remote_agent, "target")
+    rec.call("deregister_memory(reg descs)", agent.deregister_memory, reg)
+
+
+def _target(rec: Recorder, api, conn) -> None:
+    agent, memory, reg, metadata = _setup(rec, api, "target", 2)
+    peer_metadata, _ = conn.recv()
+    conn.send((metadata, memory.ctypes.data))
+    peer = rec.call("add_remote_agent(peer metadata)", agent.add_remote_agent, peer_metadata)
+    rec.note("add_remote_agent returns the peer's name", peer == "initiator")
+    assert conn.recv() == "read posted"
+    read_seen = rec.call("check_remote_xfer_done(peer, b'read') polled", poll,
+                         lambda: agent.check_remote_xfer_done("initiator", b"read"), bool)
+    write_seen = rec.call("check_remote_xfer_done(peer, b'write-done') polled", poll,
+                          lambda: agent.check_remote_xfer_done("initiator", b"write-done"), bool)
+    assert conn.recv() == "write done"
+    expected = np.full(SLOT, 1, dtype=np.uint8) + np.arange(4 * SLOT, 5 * SLOT, dtype=np.uint64).astype(np.uint8)
+    rec.note("WRITE landed byte-exact", bool(np.array_equal(memory[5 * SLOT: 6 * SLOT], expected)))
+    rec.call("check_remote_xfer_done again (taken)", agent.check_remote_xfer_done, "initiator", b"write-done")
+    conn.send(bool(read_seen and write_seen))
+    rec.call("get_new_notifs() polled", poll, agent.get_new_notifs, bool)
+    rec.call("send_notif(peer, b'bye')", agent.send_notif, "initiator", b"bye")
+    assert conn.recv() == "released"
+    conn.send("done")
+    rec.call("remove_remote_agent(peer)", agent.remove_remote_agent, "initiator")
+    rec.call("deregister_memory(reg descs)", agent.deregister_memory, reg)
+
+
+def _main(role: str, backend: str, conn) -> None:
+    rec = Recorder(role)
+    try:
+        api = importlib.import_module(MODULES[backend])
+        (_initiator if role == "initiator" else _target)(rec, api, conn)
+        conn.send(("rows", rec.rows))
+    except BaseException:  # reported to the parent, which fails with it
+        conn.send(("error", f"{role}: {traceback.format_exc()}"))
+
+
+def run_pair(backend: str, timeout: float = 60.0) -> list[tuple[str, str, str, str]]:
+    context = multiprocessing.get_context("spawn")
+    a_end, b_end = context.Pipe()
+    a_report, a_child = context.Pipe()
+    b_report, b_child = context.Pipe()
+    pipes = {"initiator": (a_end, a_child, a_report), "target": (b_end, b_child, b_report)}
+    procs = {role: context.Process(target=_relay, args=(role, backend, step, child), daemon=True)
+             for role, (step, child, _) in pipes.items()}
+    for proc in procs.values():
+        proc.start()
+    rows, deadline = [], time.monotonic() + timeout
+    try:
+        for role, (_, _, report) in pipes.items():
+            if not report.poll(max(0.0, deadline - time.monotonic())):
+                raise RuntimeError(f"{backend}: the {role} did not finish within {timeout:g} s")
+            kind, value = report.recv()
+            if kind == "error":
+                raise RuntimeError(f"{backend}: {value}")
+            rows.extend(value)
+    finally:
+        for proc in procs.values():
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return rows
+
+
+def _relay(role: str, backend: str, step, report) -> None:
+    """Runs one role: `step` is the pipe to the other role, `report` the one to the parent."""
+
+    class Both:  # the role's calls go to `step`; its final report to `report`
+        def send(self, value):
+            if isinstance(value, tuple) and value and value[0] in ("rows", "error"):
+                report.send(value)
+            else:
+                step.send(value)
+
+        def recv(self):
+            if not step.poll(POLL_S * 2):
+                raise TimeoutError(f"{role}: the other process sent nothing within {POLL_S * 2:g} s")
+            return step.recv()
+
+    _main(role, backend, Both())

@@ -32,6 +32,8 @@ def describe(value) -> tuple[str, str]:
         return f"bool:{value}", str(value)
     if isinstance(value, str):
         return (f"state:{value}" if value in STATES else "str"), value
+    if isinstance(value, int):
+        return "int", str(value)
     if isinstance(value, bytes):
         return "bytes", f"{len(value)} B"
     if isinstance(value, dict):
@@ -90,7 +92,7 @@ def _initiator(rec: Recorder, api, conn) -> None:
     conn.send((metadata, memory.ctypes.data))
     peer_metadata, peer_address = conn.recv()
     peer = rec.call("add_remote_agent(peer metadata)", agent.add_remote_agent, peer_metadata)
-    rec.note("add_remote_agent returns the peer's name", peer == "target")
+    rec.note("add_remote_agent returns the peer's name", peer in (b"target", "target"))
     xfer = rec.call("get_xfer_descs(tuples, 'DRAM')", agent.get_xfer_descs, _slots(memory, range(4)), "DRAM")
     rec.call("nixlXferDList.descCount()", xfer.descCount)
     local = rec.call("prep_xfer_dlist('NIXL_INIT_AGENT', tuples, 'DRAM')", agent.prep_xfer_dlist,
@@ -136,7 +138,7 @@ def _target(rec: Recorder, api, conn) -> None:
     peer_metadata, _ = conn.recv()
     conn.send((metadata, memory.ctypes.data))
     peer = rec.call("add_remote_agent(peer metadata)", agent.add_remote_agent, peer_metadata)
-    rec.note("add_remote_agent returns the peer's name", peer == "initiator")
+    rec.note("add_remote_agent returns the peer's name", peer in (b"initiator", "initiator"))
     assert conn.recv() == "read posted"
     read_seen = rec.call("check_remote_xfer_done(peer, b'read') polled", poll,
                          lambda: agent.check_remote_xfer_done("initiator", b"read"), bool)
@@ -209,3 +211,27 @@ def _relay(role: str, backend: str, step, report) -> None:
             return step.recv()
 
     _main(role, backend, Both())
+
+
+def compare(reference: list, candidate: list) -> list[tuple[str, str, str, str, bool]]:
+    """(role, call, reference value, candidate value, same kind?) for every call of either run, in order."""
+    ref = {(role, call): (kind, value) for role, call, kind, value in reference}
+    cand = {(role, call): (kind, value) for role, call, kind, value in candidate}
+    keys = list(dict.fromkeys([(r, c) for r, c, _, _ in reference] + [(r, c) for r, c, _, _ in candidate]))
+    out = []
+    for key in keys:
+        (rk, rv), (ck, cv) = ref.get(key, ("missing", "missing")), cand.get(key, ("missing", "missing"))
+        out.append((*key, rv, cv, rk == ck))
+    return out
+
+
+def markdown(table) -> str:
+    lines = ["| role | call | real nixl | eplb.nixl | same? |", "| --- | --- | --- | --- | --- |"]
+    for role, call, real, ours, same in table:
+        cells = [c.replace("|", "\\|") for c in (role, call, real, ours)]
+        lines.append(f"| {' | '.join(cells)} | {'yes' if same else '**no**'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # prints the conformance table (docs/python.md, "### NIXL")
+    print(markdown(compare(run_pair("nixl"), run_pair("eplb"))))

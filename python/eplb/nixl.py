@@ -17,7 +17,7 @@ the agent's lock. What NIXL lacks:
 - a deadline per transfer handle (`make_prepped_xfer(..., deadline=seconds)`, or the config's
   `default_deadline`): once it passes, check_xfer_state says "ERR" and explain() says Timeout;
 - `nixl_agent_config(transport=...)`: "auto", "shm" or "tcp" (UCX transports).
-Memory is host DRAM only ("VRAM" raises nixlNotSupportedError); UCX is the only backend; there is
+Memory is host DRAM only ("VRAM" raises nixlNotFoundError, as NIXL without a VRAM backend); UCX is the only backend; there is
 no listener thread (enable_listen_thread=True raises nixlNotSupportedError).
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ import numpy as np
 
 from eplb import _eplb
 from eplb._nixl_types import (DEFAULT_COMM_PORT, error_for, nixl_mem_t, nixl_prepped_dlist_handle,
-                              nixl_thread_sync_t, nixl_xfer_handle, nixlNotPostedError, nixlNotSupportedError,
-                              nixlRegDList, nixlXferDList)
+                              nixl_thread_sync_t, nixl_xfer_handle, nixlInvalidParamError, nixlNotFoundError,
+                              nixlNotPostedError, nixlNotSupportedError, nixlRegDList, nixlXferDList)
 from eplb.errors import Error
 from eplb.memory import TRANSPORTS
 
@@ -66,8 +66,9 @@ class nixl_agent_config:  # noqa: N801  (NIXL's name)
 def _mem_type(mem_type) -> nixl_mem_t:
     kind = str(mem_type or "DRAM").upper()
     if kind in ("VRAM", "CUDA"):
-        raise nixlNotSupportedError("eplb.nixl: VRAM is not supported: device memory needs a CUDA-enabled UCX "
-                                    "(Debian's UCX has no CUDA); register host (DRAM) memory", "unsupported")
+        raise nixlNotFoundError("eplb.nixl: VRAM is not supported (no backend for VRAM_SEG): device memory needs "
+                                "a CUDA-enabled UCX (Debian's UCX has no CUDA); register host (DRAM) memory",
+                                "unsupported")
     if kind not in ("DRAM", "CPU"):
         raise nixlNotSupportedError(f"eplb.nixl: memory type {mem_type!r} is not supported (DRAM only)",
                                     "unsupported")
@@ -212,6 +213,8 @@ class nixl_agent:  # noqa: N801  (NIXL's name)
     def make_prepped_xfer(self, operation: str, local_xfer_side: nixl_prepped_dlist_handle, local_indices,
                           remote_xfer_side: nixl_prepped_dlist_handle, remote_indices, notif_msg: bytes = b"",
                           backends=(), skip_desc_merge: bool = False, deadline: float | None = None) -> nixl_xfer_handle:
+        if operation not in ("READ", "WRITE"):  # NIXL: KeyError from its table of operations
+            raise nixlInvalidParamError(f'eplb.nixl: operation must be "READ" or "WRITE", got {operation!r}')
         local_indices, remote_indices = [int(i) for i in local_indices], [int(i) for i in remote_indices]
         deadline = self.config.default_deadline if deadline is None else deadline
         if deadline is not None and not deadline > 0:
@@ -299,4 +302,6 @@ def explain(handle: nixl_xfer_handle) -> str:
         return handle.failure
     if handle.posted_at is None:
         return f"{handle.describe()}: not started (call transfer)"
+    if handle.state == "RELEASED":
+        return f"{handle.describe()}: the handle was released"
     return f"{handle.describe()}: {handle.state} after {handle.elapsed():.3f} s"

@@ -116,14 +116,21 @@ def _initiator(rec: Recorder, api, conn) -> None:
                      local, np.array([4], dtype=np.int32), remote, np.array([5], dtype=np.int32), b"write-done")
     rec.call("transfer(WRITE)", lambda: agent.transfer(write) in ("DONE", "PROC"))
     rec.call("check_xfer_state(WRITE) polled", poll, lambda: agent.check_xfer_state(write), lambda s: s != "PROC")
+    rec.call("transfer(WRITE, b'write-again') (new notification)", lambda: agent.transfer(write, b"write-again")
+             in ("DONE", "PROC"))
+    rec.call("check_xfer_state(WRITE again) polled", poll, lambda: agent.check_xfer_state(write),
+             lambda s: s != "PROC")
     conn.send("write done")
     rec.note("target saw READ and WRITE", conn.recv())
+    _refusals(rec, agent, local, remote, peer_address)
+    rec.call("release_xfer_handle(READ)", agent.release_xfer_handle, read)
+    rec.call("release_xfer_handle twice", agent.release_xfer_handle, read)
+    rec.call("check_xfer_state after release", agent.check_xfer_state, read)
     rec.call("make_prepped_xfer index out of range", agent.make_prepped_xfer, "READ", local, [0], remote, [SLOTS])
     rec.call("make_prepped_xfer lengths differ", agent.make_prepped_xfer, "READ", local, [0, 1], remote, [0])
     rec.call("send_notif(peer, b'hello')", agent.send_notif, "target", b"hello")
     rec.call("get_new_notifs() polled", poll, agent.get_new_notifs, bool)
     rec.call("get_new_notifs() when none", agent.get_new_notifs)
-    rec.call("release_xfer_handle(READ)", agent.release_xfer_handle, read)
     rec.call("nixl_xfer_handle.release() (WRITE)", write.release)
     rec.call("release_dlist_handle(local)", agent.release_dlist_handle, local)
     rec.call("nixl_prepped_dlist_handle.release() (remote)", remote.release)
@@ -131,6 +138,18 @@ def _initiator(rec: Recorder, api, conn) -> None:
     conn.recv()
     rec.call("remove_remote_agent(peer)", agent.remove_remote_agent, "target")
     rec.call("deregister_memory(reg descs)", agent.deregister_memory, reg)
+
+
+def _refusals(rec: Recorder, agent, local, remote, peer_address) -> None:
+    """What both must refuse: unknown peers, memory the peer did not register, bad memory types."""
+    rec.call("prep_xfer_dlist(unknown agent)", agent.prep_xfer_dlist, "nobody", [(peer_address, SLOT, 0)], "DRAM")
+    outside = [(peer_address + SLOT * SLOTS, SLOT, 0)]
+    prepped = rec.call("prep_xfer_dlist(peer, outside its memory)", agent.prep_xfer_dlist, "target", outside, "DRAM")
+    if prepped is not None:  # NIXL checks at make_prepped_xfer
+        rec.call("make_prepped_xfer(outside its memory)", agent.make_prepped_xfer, "READ", local, [0], prepped, [0])
+    rec.call("make_prepped_xfer('COPY')", agent.make_prepped_xfer, "COPY", local, [0], remote, [0])
+    rec.call("prep_xfer_dlist('NIXL_INIT_AGENT', tuples, 'VRAM')", agent.prep_xfer_dlist, "NIXL_INIT_AGENT",
+             [(peer_address, SLOT, 0)], "VRAM")
 
 
 def _target(rec: Recorder, api, conn) -> None:
@@ -144,6 +163,8 @@ def _target(rec: Recorder, api, conn) -> None:
                          lambda: agent.check_remote_xfer_done("initiator", b"read"), bool)
     write_seen = rec.call("check_remote_xfer_done(peer, b'write-done') polled", poll,
                           lambda: agent.check_remote_xfer_done("initiator", b"write-done"), bool)
+    rec.call("check_remote_xfer_done(peer, b'again', tag_is_prefix=False) polled", poll,
+             lambda: agent.check_remote_xfer_done("initiator", b"again", tag_is_prefix=False), bool)
     assert conn.recv() == "write done"
     expected = np.full(SLOT, 1, dtype=np.uint8) + np.arange(4 * SLOT, 5 * SLOT, dtype=np.uint64).astype(np.uint8)
     rec.note("WRITE landed byte-exact", bool(np.array_equal(memory[5 * SLOT: 6 * SLOT], expected)))

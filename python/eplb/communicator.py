@@ -65,8 +65,9 @@ class EplbCommunicator:
         self._weights = [list(layer) for layer in expert_weights]
         self._buffer = list(expert_buffer)
         name = f"eplb-vllm-{socket.gethostname()}-{os.getpid()}-{self._rank}"
-        # No progress thread: the communicator drives its agent's progress itself (_allgather, _wait).
-        self._agent = nixl_agent(name, nixl_agent_config(enable_prog_thread=False, transport=transport))
+        # No progress thread: the communicator drives its agent's progress itself (_allgather, _wait);
+        # no cma: its transfers go through UCX as before (docs/python.md, "vLLM communicator").
+        self._agent = nixl_agent(name, nixl_agent_config(enable_prog_thread=False, transport=transport, cma=False))
         problem = self._register()
         mine = {"agent": name, "metadata": self._agent.get_agent_metadata().hex(), "problem": problem,
                 "weights": [[list(_rows(t)) for t in layer] for layer in self._weights] if not problem else []}

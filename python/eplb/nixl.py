@@ -16,7 +16,9 @@ the agent's lock. What NIXL lacks:
   time, the backend's status), or the state in words when there is none;
 - a deadline per transfer handle (`make_prepped_xfer(..., deadline=seconds)`, or the config's
   `default_deadline`): once it passes, check_xfer_state says "ERR" and explain() says Timeout;
-- `nixl_agent_config(transport=...)`: "auto", "shm" or "tcp" (UCX transports).
+- `nixl_agent_config(transport=..., cma=True)`: "auto", "shm" or "tcp" (UCX transports); cma: READ and
+  WRITE of a peer on this host are one process_vm_readv / process_vm_writev in transfer() (on by default;
+  both sides must agree, the backend is then "ucx+cma").
 Memory is host DRAM only ("VRAM" raises nixlNotFoundError, as NIXL without a VRAM backend); UCX is the only backend; there is
 no listener thread (enable_listen_thread=True raises nixlNotSupportedError).
 """
@@ -43,13 +45,15 @@ _IDLE_S = 50e-6  # the progress thread's pause when nothing happened
 
 
 class nixl_agent_config:  # noqa: N801  (NIXL's name)
-    """NIXL's agent configuration (same arguments, same attribute names); eplb adds transport ("auto",
-    "shm", "tcp") and default_deadline (seconds), keyword-only."""
+    """NIXL's agent configuration (same arguments, same attribute names); eplb adds, keyword-only,
+    transport ("auto", "shm", "tcp"), default_deadline (seconds) and cma (peers on this host are read
+    and written by cross-memory attach, AgentConfig::cma_local_peers; every agent of a job must set it
+    alike)."""
 
     def __init__(self, enable_prog_thread: bool = True, enable_listen_thread: bool = False,
                  listen_port: int = DEFAULT_COMM_PORT, capture_telemetry: bool = False, num_threads: int = 0,
                  backends: list[str] = ("UCX",), sync_mode: nixl_thread_sync_t | None = None, *,
-                 transport: str = "auto", default_deadline: float | None = None):
+                 transport: str = "auto", default_deadline: float | None = None, cma: bool = True):
         if sync_mode is not None and not isinstance(sync_mode, nixl_thread_sync_t):
             raise TypeError(f"sync_mode must be a nixl_thread_sync_t (got {type(sync_mode).__name__!r})")
         self.backends = list(backends)
@@ -61,6 +65,7 @@ class nixl_agent_config:  # noqa: N801  (NIXL's name)
         self.sync_mode = sync_mode
         self.transport = transport
         self.default_deadline = default_deadline
+        self.cma = bool(cma)
 
 
 def _mem_type(mem_type) -> nixl_mem_t:
@@ -119,7 +124,8 @@ class nixl_agent:  # noqa: N801  (NIXL's name)
             raise nixlNotSupportedError(f"eplb.nixl: backends {self.config.backends}: only UCX is offered",
                                         "unsupported")
         fault_spec = os.environ.get("EPLB_NIXL_INJECT", "")  # tests: fault injection
-        self._agent = _eplb.Agent(self.name, "ucx", TRANSPORTS[self.config.transport], fault_spec)
+        self._agent = _eplb.Agent(self.name, "ucx", TRANSPORTS[self.config.transport], fault_spec,
+                                  getattr(self.config, "cma", True))
         self._lock = threading.RLock()
         self._registered = {}  # (address, length, device) -> region id
         self.backends = {"UCX": 0}

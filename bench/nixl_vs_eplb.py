@@ -46,39 +46,44 @@ def iterations(size: int) -> int:
     return max(8, min(2000, (256 * MIB) // size))  # ~256 MiB per measurement, 8..2000 requests
 
 
-def _api(backend: str):
+def _api(backend: str, options: dict):
     if backend == "nixl":
         import nixl._api as api
-        return api, api.nixl_agent_config()
+        return api, api.nixl_agent_config(enable_prog_thread=options["nixl_thread"])
     import eplb.nixl as api
-    return api, api.nixl_agent_config(transport="shm")
+    return api, api.nixl_agent_config(transport="shm", cma=options["cma"])
 
 
-def _pin(cpu: int) -> None:
-    if len(os.sched_getaffinity(0)) > 1 and os.cpu_count() > cpu:
+def _pin(cpu: int, options: dict) -> None:
+    if options["pin"] and len(os.sched_getaffinity(0)) > 1 and os.cpu_count() > cpu:
         os.sched_setaffinity(0, {cpu})
 
 
-def _agent(backend: str, name: str):
-    api, config = _api(backend)
+def _pattern() -> np.ndarray:
+    return np.arange(BUFFER, dtype=np.uint64).astype(np.uint8)
+
+
+def _agent(backend: str, name: str, options: dict, target: bool):
+    api, config = _api(backend, options)
     agent = api.nixl_agent(name, config)
-    memory = np.zeros(BUFFER, dtype=np.uint8)
-    memory[:] = np.arange(BUFFER, dtype=np.uint64).astype(np.uint8)  # every page touched
+    memory = np.empty(BUFFER, dtype=np.uint8)
+    memory[:] = _pattern() if target else 0xAA  # every page touched
     agent.register_memory(np.array([[memory.ctypes.data, BUFFER, 0]], dtype=np.uint64), "DRAM")
     return agent, memory
 
 
-def _target(backend: str, conn) -> None:
-    _pin(TARGET_CPU)
-    agent, memory = _agent(backend, "bench-target")
+def _target(backend: str, conn, options: dict) -> None:
+    _pin(TARGET_CPU, options)
+    agent, memory = _agent(backend, "bench-target", options, True)
     conn.send((agent.get_agent_metadata(), memory.ctypes.data))
     conn.recv()  # "stop": the progress thread served the READs meanwhile
     conn.send("stopped")
 
 
-def _initiator(backend: str, conn, sizes, metadata, address) -> None:
-    _pin(INITIATOR_CPU)
-    agent, memory = _agent(backend, "bench-initiator")
+def _initiator(backend: str, conn, sizes, metadata, address, options: dict) -> None:
+    _pin(INITIATOR_CPU, options)
+    agent, memory = _agent(backend, "bench-initiator", options, False)
+    expected = _pattern()
     peer = agent.add_remote_agent(metadata)
     results = {}
     for size in sizes:
@@ -96,23 +101,27 @@ def _initiator(backend: str, conn, sizes, metadata, address) -> None:
                     raise RuntimeError(f"{backend}: READ of {size} B ended in {state}")
             elapsed = time.perf_counter() - start
         results[size] = size * count / elapsed / 1e9
+        if not np.array_equal(memory[:size], expected[:size]):
+            raise RuntimeError(f"{backend}: READ of {size} B did not land byte-exact")
+        memory[:size] = 0xAA
         agent.release_xfer_handle(handle)
         agent.release_dlist_handle(local)
         agent.release_dlist_handle(remote)
     conn.send(results)
 
 
-def run_backend(backend: str, sizes) -> dict[int, float]:
+def run_backend(backend: str, sizes, options: dict) -> dict[int, float]:
     """One round: fresh target and initiator processes; GB/s by size."""
     context = multiprocessing.get_context("spawn")
     t_parent, t_child = context.Pipe()
     i_parent, i_child = context.Pipe()
-    target = context.Process(target=_target, args=(backend, t_child), daemon=True)
+    target = context.Process(target=_target, args=(backend, t_child, options), daemon=True)
     target.start()
     if not t_parent.poll(60):
         raise RuntimeError(f"{backend}: the target did not start within 60 s")
     metadata, address = t_parent.recv()
-    initiator = context.Process(target=_initiator, args=(backend, i_child, sizes, metadata, address), daemon=True)
+    initiator = context.Process(target=_initiator, args=(backend, i_child, sizes, metadata, address, options),
+                                daemon=True)
     initiator.start()
     try:
         if not i_parent.poll(300):
@@ -128,18 +137,20 @@ def run_backend(backend: str, sizes) -> dict[int, float]:
                 proc.join()
 
 
-def perftest(size: int) -> float:
+def perftest(size: int, pin: bool) -> float:
     """ucx_perftest ucp_get, shm transports, server on CPU 0, client on CPU 1: GB/s (10^9 B/s)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = dict(os.environ, UCX_TLS="posix,sysv,cma,self")
     count = str(iterations(size))
-    server = subprocess.Popen(["taskset", "-c", str(TARGET_CPU), "ucx_perftest", "-p", str(port)], env=env,
+    server_cpu = ["taskset", "-c", str(TARGET_CPU)] if pin else []
+    client_cpu = ["taskset", "-c", str(INITIATOR_CPU)] if pin else []
+    server = subprocess.Popen([*server_cpu, "ucx_perftest", "-p", str(port)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        out = subprocess.run(["taskset", "-c", str(INITIATOR_CPU), "ucx_perftest", "127.0.0.1", "-p", str(port),
+        out = subprocess.run([*client_cpu, "ucx_perftest", "127.0.0.1", "-p", str(port),
                               "-t", "ucp_get", "-s", str(size), "-n", count, "-w", "2"], env=env,
                              capture_output=True, text=True, timeout=120).stdout
     finally:
@@ -161,21 +172,26 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--sizes", default=SIZES)
     parser.add_argument("--no-perftest", action="store_true")
+    parser.add_argument("--no-pin", action="store_true", help="let the scheduler place both processes")
+    parser.add_argument("--nixl-no-progress-thread", action="store_true",
+                        help="NIXL with enable_prog_thread=False (its initiator progresses in check_xfer_state)")
+    parser.add_argument("--no-cma", action="store_true", help="eplb.nixl with cma=False (UCX 1.13 only)")
     args = parser.parse_args()
+    options = {"pin": not args.no_pin, "nixl_thread": not args.nixl_no_progress_thread, "cma": not args.no_cma}
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     runs = {"nixl": [], "eplb": []}
     for pair in range(args.pairs):
         for backend in (("nixl", "eplb") if pair % 2 == 0 else ("eplb", "nixl")):
-            runs[backend].append(run_backend(backend, sizes))
+            runs[backend].append(run_backend(backend, sizes, options))
     perf = {size: [] for size in sizes}
     if not args.no_perftest and shutil.which("ucx_perftest"):
         for _ in range(3):
             for size in sizes:
-                perf[size].append(perftest(size))
-    import nixl
-    print(f"READ DRAM->DRAM, two processes (initiator CPU {INITIATOR_CPU}, target CPU {TARGET_CPU}), "
-          f"{args.pairs} pairs, nixl {nixl_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"load average {os.getloadavg()[0]:.1f}")
+                perf[size].append(perftest(size, options["pin"]))
+    pinned = f"initiator CPU {INITIATOR_CPU}, target CPU {TARGET_CPU}" if options["pin"] else "not pinned"
+    print(f"READ DRAM->DRAM, two processes ({pinned}), {args.pairs} pairs, nixl {nixl_version()} (progress "
+          f"thread {'on' if options['nixl_thread'] else 'off'}), eplb.nixl cma {'on' if options['cma'] else 'off'}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.1f}")
     print("| size | NIXL GB/s | eplb GB/s | eplb / NIXL, median [min-max] | ucx_perftest GB/s | eplb / perftest |")
     print("| --- | --- | --- | --- | --- | --- |")
     for size in sizes:

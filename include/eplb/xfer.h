@@ -119,6 +119,14 @@ struct AgentConfig {
   // protocol costs more than a 4 KiB copy). false: always through UCX, as
   // ucx_perftest's ucp_get measures it. Other backends ignore it.
   bool copy_mapped_memory = true;
+  // ucx only: a READ or WRITE of a peer on this host (same boot, process
+  // namespace and user) is one process_vm_readv / process_vm_writev inside
+  // post(), whatever memory the peer registered (heap memory too, which UCX
+  // 1.13 reaches only through the owner's progress); other peers, and all
+  // peers if the kernel refuses (EPERM), go through UCX. The backend is then
+  // "ucx+cma": both sides of a connection must set it alike. Off by default;
+  // eplb.nixl turns it on.
+  bool cma_local_peers = false;
 };
 
 struct Notification {

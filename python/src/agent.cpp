@@ -52,13 +52,14 @@ void AgentHandle::end_use() {
 namespace {
 
 std::shared_ptr<AgentHandle> make_agent(const std::string& name, const std::string& backend,
-                                        const std::string& transports, const std::string& fault_spec) {
+                                        const std::string& transports, const std::string& fault_spec, bool cma) {
   xfer::AgentConfig config;
   config.name = name;
   config.backend = backend;
   config.transports = transports;
   config.fault_spec = fault_spec;
   config.map_peer_memory_eagerly = true;
+  config.cma_local_peers = cma;
   return std::make_shared<AgentHandle>(value_or_throw(xfer::Agent::create(config)));
 }
 
@@ -85,7 +86,7 @@ py::array_t<uint8_t> allocate(const std::shared_ptr<AgentHandle>& agent, int64_t
 void bind_agent(py::module_& module) {
   py::class_<AgentHandle, std::shared_ptr<AgentHandle>>(module, "Agent")
       .def(py::init(&make_agent), py::arg("name"), py::arg("backend") = "ucx", py::arg("transports") = "",
-           py::arg("fault_spec") = "")
+           py::arg("fault_spec") = "", py::arg("cma") = false)
       .def_property_readonly("name", [](AgentHandle& handle) { return handle.agent().name(); })
       .def_property_readonly("transports", [](AgentHandle& handle) { return handle.agent().transports(); })
       .def("allocate", &allocate, py::arg("nbytes"))

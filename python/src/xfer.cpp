@@ -1,5 +1,5 @@
 // The transfer agent's own calls for eplb.nixl (register, metadata,
-// descriptor lists, requests): thin, checked wrappers over xfer::Agent on
+// descriptor lists, requests, notifications): thin, checked wrappers over xfer::Agent on
 // DRAM. Handles are the library's ids; a failure raises eplb.Error with the
 // library's Status (code and message). wait() releases the GIL.
 #include <pybind11/stl.h>
@@ -95,7 +95,17 @@ void bind_xfer(py::module_& module) {
       .def("release",
            [](AgentHandle& handle, xfer::RequestId request) { throw_if_error(handle.agent().release(request)); })
       .def("wait", &wait_for, py::arg("requests"), py::arg("timeout"))
-      .def("progress", [](AgentHandle& handle) { handle.agent().progress(); });
+      .def("progress", [](AgentHandle& handle) { handle.agent().progress(); })
+      .def("send_notification",
+           [](AgentHandle& handle, const std::string& peer, const py::bytes& message) {
+             throw_if_error(handle.agent().send_notification(peer, std::string(message)));
+           })
+      .def("take_notifications", [](AgentHandle& handle) {
+        py::list arrived;  // (peer, message bytes), in arrival order
+        for (auto& notification : handle.agent().take_notifications())
+          arrived.append(py::make_tuple(notification.peer, py::bytes(notification.message)));
+        return arrived;
+      });
   module.def("checksum", &checksum, py::arg("address"), py::arg("nbytes"));
 }
 

@@ -32,6 +32,11 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
                  "agent " + config.name + ": unknown backend '" + config.backend + "' (known: ucx, loopback)");
   if (!backend) return backend.status().with_context("agent " + config.name + ": backend " + config.backend);
   std::unique_ptr<Backend> chosen = std::move(backend).value();
+  if (config.cma_local_peers && config.backend == "ucx") {
+    auto cma = make_cma_backend(std::move(chosen));
+    if (!cma) return cma.status().with_context("agent " + config.name);
+    chosen = std::move(cma).value();
+  }
   if (!config.fault_spec.empty()) {
     auto faulty = make_faulty_backend(std::move(chosen), config.fault_spec);
     if (!faulty) return faulty.status().with_context("agent " + config.name);

@@ -112,6 +112,8 @@ class Backend {
 // Factories (defined in their backend's .cpp).
 Result<std::unique_ptr<Backend>> make_ucx_backend(const AgentConfig& config);
 Result<std::unique_ptr<Backend>> make_loopback_backend(const AgentConfig& config);
+// Wraps `inner`: READ / WRITE of peers on this host by cross-memory attach (cma_backend.cpp).
+Result<std::unique_ptr<Backend>> make_cma_backend(std::unique_ptr<Backend> inner);
 // Wraps `inner` with deterministic fault injection parsed from `spec`.
 Result<std::unique_ptr<Backend>> make_faulty_backend(std::unique_ptr<Backend> inner, const std::string& spec);
 

@@ -119,6 +119,13 @@ struct AgentConfig {
   // protocol costs more than a 4 KiB copy). false: always through UCX, as
   // ucx_perftest's ucp_get measures it. Other backends ignore it.
   bool copy_mapped_memory = true;
+  // The job's secret. Non-empty: every metadata this agent exports is sealed
+  // with an HMAC-SHA256 under it, and metadata it loads must carry a valid
+  // seal (else Mismatch, before the backend sees any of its bytes: a peer
+  // without the secret cannot make this agent connect or unpack a key).
+  // Empty: EPLB_RUN_SECRET from the environment when set (`eplb run`'s
+  // launcher gives its ranks one), else none (metadata is only checksummed).
+  std::string secret;
 };
 
 struct Notification {

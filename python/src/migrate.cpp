@@ -104,10 +104,10 @@ class Migration {
   }
 
   // One round; returns (status code name, message, per-layer dicts, seconds, retries).
-  py::tuple migrate(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int num_experts) {
+  py::tuple migrate(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int64_t num_experts) {
     Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
     Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
-    throw_if_error(migrator_->set_num_experts(num_experts));
+    throw_if_error(migrator_->set_num_experts(int(num_experts)));  // <= kMaxExpertsPerLayer, checked above
     RoundReport report;
     {
       UseOfAgent use(*agent_);
@@ -133,10 +133,10 @@ class Migration {
   // Collective: starts an async round (eplb/migrate_async.h); the returned
   // round keeps this Migration alive (keep_alive in the binding).
   std::unique_ptr<AsyncRound> start(const IndexArray& old_phy2log, const IndexArray& new_phy2log,
-                                          int num_experts, int lead_steps);
+                                          int64_t num_experts, int lead_steps);
 
   // Collective: do all ranks hold the same mapping after a round?
-  py::tuple agree(const IndexArray& phy2log, int num_experts, double seconds, const std::string& check_failure) {
+  py::tuple agree(const IndexArray& phy2log, int64_t num_experts, double seconds, const std::string& check_failure) {
     Placement placement = placement_from_array(phy2log, num_experts, "phy2log");
     RankOutcome mine{seconds, mapping_hash(placement), check_failure};
     Result<RoundAgreement> agreement = [&] {
@@ -269,10 +269,10 @@ class AsyncRound {
 };
 
 std::unique_ptr<AsyncRound> Migration::start(const IndexArray& old_phy2log, const IndexArray& new_phy2log,
-                                             int num_experts, int lead_steps) {
+                                             int64_t num_experts, int lead_steps) {
   Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
   Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
-  throw_if_error(migrator_->set_num_experts(num_experts));
+  throw_if_error(migrator_->set_num_experts(int(num_experts)));  // <= kMaxExpertsPerLayer, checked above
   return std::make_unique<AsyncRound>(*this, std::move(current), target, lead_steps);
 }
 

@@ -86,6 +86,7 @@ bool refuse_unknown_command(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return false;
   std::string names;
   for (const CLI::App* command : app.get_subcommands({})) {
+    if (command->get_name().empty()) continue;  // an option group
     if (command->check_name(argv[1])) return false;
     names += (names.empty() ? "" : ", ") + command->get_name();
   }

@@ -47,7 +47,13 @@ void check_integer_options(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();
     if (type == "INT") option->check(integer_in(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
-    else if (type == "UINT") option->check(integer_in(0, std::numeric_limits<int64_t>::max()));
+    else if (type == "UINT")
+      option->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return text::parse_uint(text, "value") ? std::string()
+                                                   : fmt::format("a non-negative integer is expected, got '{}'", text);
+          },
+          "UINT"));
   }
   for (CLI::App* command : app.get_subcommands({})) check_integer_options(*command);
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <iterator>
 #include <system_error>
 
 #include "common/text.h"

@@ -64,7 +64,7 @@ class RunReportPaths : public eplb::testing_support::TempDirTest {
     std::filesystem::remove(json);
     BoundedRun interrupted = run_bounded(
         "sh -c '" + kBinary + " run --rounds 200 --inject delay_ms=20" + kSmall + " --json " + json +
-            " & pid=$!; i=0; while [ $i -lt 300 ] && ! grep -q round_seconds " + json + ".tmp.* 2>/dev/null; do"
+            " & pid=$!; i=0; while [ $i -lt 300 ] && ! grep -q balancedness_after " + json + ".tmp.* 2>/dev/null; do"
             " sleep 0.05; i=$((i+1)); done; kill -" + signal + " $pid; wait $pid; echo exit=$?'",
         "", 90);
     EXPECT_NE(interrupted.output.find(signal == "INT" ? "exit=130" : "exit=143"), std::string::npos)

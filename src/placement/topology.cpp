@@ -16,6 +16,7 @@ Status Topology::validate() const {
   if (num_groups <= 0) return bad("groups must be > 0");
   if (num_nodes <= 0) return bad("nodes must be > 0");
   if (num_ranks <= 0) return bad("ranks must be > 0");
+  if (num_slots < num_experts) return bad(fmt::format("slots R={} must be >= experts E={}", num_slots, num_experts));
   if (num_slots % num_ranks != 0)
     return bad(fmt::format("slots R={} must be a multiple of ranks P={}", num_slots, num_ranks));
   if (num_ranks % num_nodes != 0)
@@ -25,7 +26,6 @@ Status Topology::validate() const {
   if (num_slots > kMaxSlotsPerLayer) return bad(fmt::format("slots R={} above the cap, at most {}", num_slots, kMaxSlotsPerLayer));
   if (num_experts > kMaxExpertsPerLayer)
     return bad(fmt::format("experts E={} above the cap, at most {}", num_experts, kMaxExpertsPerLayer));
-  if (num_slots < num_experts) return bad(fmt::format("slots R={} must be >= experts E={}", num_slots, num_experts));
   if (int64_t(num_layers) * num_slots > kMaxTableEntries)
     return bad(fmt::format("layers x slots = {} above the cap, at most {}", int64_t(num_layers) * num_slots,
                            kMaxTableEntries));

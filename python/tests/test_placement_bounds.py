@@ -43,4 +43,4 @@ def test_compute_logical_maps_refuses_a_huge_expert_count(experts):
 def test_the_policy_refuses_a_huge_replica_count():
     load = np.ones((4, 8))
     quick(lambda: eplb.rebalance_experts(load, 2 ** 26, 1, 1, 1), "at most", str(1 << 20))
-    quick(lambda: eplb.rebalance_experts(load, 16, 1, 1, 1, current=np.full((4, 16), 2 ** 28)), "current")
+    quick(lambda: eplb.rebalance_experts(load, 16, 1, 1, 1, policy="relabel", current=np.full((4, 16), 2 ** 28)), "current")

@@ -38,11 +38,11 @@ def _read_bytes(path: str, max_bytes: int) -> bytes:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as failure:
         raise Error(f"{path}: cannot read: {failure.strerror}", "I/O error") from None
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        raise Error(f"{path}: not a regular file (a device, FIFO, socket or directory is never read)", "I/O error")
     with os.fdopen(descriptor, "rb") as file:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise Error(f"{path}: not a regular file (a device, FIFO, socket or directory is never read)",
-                        "I/O error")
         if status.st_size > max_bytes:
             raise Error(f"{path}: {status.st_size} bytes, more than --max-input-bytes ({max_bytes} bytes)",
                         "I/O error")

@@ -12,7 +12,9 @@
 #   and Ctrl-C, 16 a long run, 17 memory admission, 18 a killed rank with
 #   posix shared memory only, 19 a forged hello, 20a-20b a killed launcher
 #   and the next launch's sweep, and the rows of issue 15: 21a-21e errors,
-#   stalls, corruption, a killed and a stopped rank under --async (default: all).
+#   stalls, corruption, a killed and a stopped rank under --async, and of
+#   issue 29: 29a a SIGTERM'd run's report, 29b-29d report paths, 29e an
+#   unknown command (default: all).
 # Every case runs with its own TMPDIR; the `left` column lists what the run
 # left there and the new entries of /dev/shm (a row fails unless "nothing").
 # Exit status: 0 when every row meets the requirement of issue 6 (no hang,
@@ -301,6 +303,22 @@ run_case 18 "posix only, rank 1 SIGKILL mid layer 1" abort 30 "UCX_TLS=posix,cma
 FORGER=1 EXPECT_STDERR="dropped a connection from pid" run_case 19 "forged hello claiming rank 1 at start-up" \
   complete 60 "EPLB_TEST_JOIN_DELAY=1:1500" "${base[@]}" $(shape 4 2)
 killed_launcher_case
+
+# Issue 29: reports and files. 29a: SIGTERM to the launcher mid-run: the
+# rounds so far are renamed into place marked interrupted (exit 143 becomes
+# the row's 130 only when the report is whole and no .tmp is left).
+"$eplb" gen-load --layers 4 --experts 16 --steps 40 --out "$work/trace29.npy" >/dev/null 2>&1
+run_case 29a "SIGTERM to the launcher: --json of rounds so far" interrupt 40 "" bash -c \
+  "$eplb run --ranks 4 --nodes 2 $(shape 4 200) --inject delay_ms=20 --json $work/29a-report.json & t=\$!; sleep 2.5;
+   kill -TERM \$t; wait \$t; [ \$? = 143 ] || exit 1; ls $work/29a-report.json.tmp.* 2>/dev/null && exit 1;
+   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r[\"interrupted\"] and r[\"rounds\"] else 1)' \
+     $work/29a-report.json || exit 1; exit 130"
+run_case 29b "--json naming the input --trace" refuse 20 "" \
+  "${base[@]}" $(shape 4 2) --trace "$work/trace29.npy" --json "$work/trace29.npy"
+run_case 29c "--metrics X --json X" refuse 20 "" "${base[@]}" $(shape 4 2) --metrics "$work/x29" --json "$work/x29"
+run_case 29d "--metrics ''" refuse 20 "" "${base[@]}" $(shape 4 2) --metrics ""
+EXPECT_STDERR="unknown command 'frobnicate'" run_case 29e "unknown command (eplb frobnicate --help)" refuse 20 "" \
+  "$eplb" frobnicate --help
 
 echo
 printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-10s|%-6s|%s\n' id scenario outcome detect total hang consistent left req "error (first stderr line after the ranks' state lines)"

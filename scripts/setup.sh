@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libxxhash-dev libfmt-dev
   libucx-dev ucx-utils
+  libssl-dev  # HMAC-SHA256 seals of agent metadata (src/xfer/metadata.cpp)
   libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev libfuzzer-14-dev
   valgrind iproute2 procps

@@ -51,9 +51,7 @@ class RunMetrics {
   std::string render() const;
 
   uint64_t rebalances() const { return rebalances_; }
-  const Histogram& layer_commit_seconds() const { return layer_commit_seconds_; }
   const Histogram& transfer_seconds() const { return transfer_seconds_; }
-  const Histogram& serving_stall_seconds() const { return serving_stall_seconds_; }
 
  private:
   uint64_t rebalances_ = 0;

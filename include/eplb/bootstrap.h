@@ -155,6 +155,7 @@ struct LaunchResult {
   int failed_rank = -1;         // the rank named in `status`, or -1
   bool failed_rank_signalled = false;
   int forwarded_signal = 0;     // SIGINT / SIGTERM received and forwarded (status Canceled), or 0
+  std::vector<int> pids;        // per rank: the process id it had, -1 if never started
 };
 LaunchResult launch_local_ranks(const LaunchOptions& options);
 

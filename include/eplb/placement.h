@@ -28,6 +28,13 @@
 
 namespace eplb {
 
+// Documented size caps (docs/operations.md "Size limits"), checked before any
+// table is sized: experts and slots per layer, and entries of one
+// [layers][slots] or [layers][experts] table (256 MiB of int32).
+inline constexpr int kMaxExpertsPerLayer = 1 << 20;
+inline constexpr int kMaxSlotsPerLayer = 1 << 20;
+inline constexpr int64_t kMaxTableEntries = int64_t(1) << 26;
+
 struct Topology {
   int num_layers = 0;
   int num_experts = 0;  // logical experts per layer (E)

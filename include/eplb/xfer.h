@@ -127,6 +127,13 @@ struct AgentConfig {
   // "ucx+cma": both sides of a connection must set it alike. Off by default;
   // eplb.nixl turns it on.
   bool cma_local_peers = false;
+  // The job's secret. Non-empty: every metadata this agent exports is sealed
+  // with an HMAC-SHA256 under it, and metadata it loads must carry a valid
+  // seal (else Mismatch, before the backend sees any of its bytes: a peer
+  // without the secret cannot make this agent connect or unpack a key).
+  // Empty: EPLB_RUN_SECRET from the environment when set (`eplb run`'s
+  // launcher gives its ranks one), else none (metadata is only checksummed).
+  std::string secret;
 };
 
 struct Notification {

@@ -3,6 +3,10 @@
 // shared memory), kept alive by a capsule holding the agent.
 #include <pybind11/stl.h>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include "bindings.h"
 #include "convert.h"
 #include "group.h"
@@ -51,12 +55,23 @@ void AgentHandle::end_use() {
 
 namespace {
 
+// The network devices a Python agent listens on and uses: loopback unless
+// asked (the argument, else EPLB_NET_DEVICES; UCX_NET_DEVICES in the
+// environment wins over both, as everywhere), like the CLI's local ranks.
+std::string net_devices_for(const std::optional<std::string>& asked) {
+  if (asked) return *asked;
+  const char* chosen = std::getenv("EPLB_NET_DEVICES");
+  return chosen && *chosen ? chosen : "lo";
+}
+
 std::shared_ptr<AgentHandle> make_agent(const std::string& name, const std::string& backend,
-                                        const std::string& transports, const std::string& fault_spec, bool cma) {
+                                        const std::string& transports, const std::string& fault_spec, bool cma,
+                                        const std::optional<std::string>& net_devices) {
   xfer::AgentConfig config;
   config.name = name;
   config.backend = backend;
   config.transports = transports;
+  config.net_devices = net_devices_for(net_devices);
   config.fault_spec = fault_spec;
   config.map_peer_memory_eagerly = true;
   config.cma_local_peers = cma;
@@ -86,7 +101,7 @@ py::array_t<uint8_t> allocate(const std::shared_ptr<AgentHandle>& agent, int64_t
 void bind_agent(py::module_& module) {
   py::class_<AgentHandle, std::shared_ptr<AgentHandle>>(module, "Agent")
       .def(py::init(&make_agent), py::arg("name"), py::arg("backend") = "ucx", py::arg("transports") = "",
-           py::arg("fault_spec") = "", py::arg("cma") = false)
+           py::arg("fault_spec") = "", py::arg("cma") = false, py::arg("net_devices") = std::nullopt)
       .def_property_readonly("name", [](AgentHandle& handle) { return handle.agent().name(); })
       .def_property_readonly("transports", [](AgentHandle& handle) { return handle.agent().transports(); })
       .def("allocate", &allocate, py::arg("nbytes"))

@@ -67,13 +67,13 @@ class Migration {
     for (int l = 0; l < store_->layout().num_layers(); ++l) live.push_back(store_->live_buffer(l));
     return live;
   }
-  RoundResult migrate(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int num_experts);
+  RoundResult migrate(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int64_t num_experts);
   RoundResult exchange(int layer, const std::vector<py::tuple>& receives, const std::vector<py::tuple>& sends,
                        const std::string& local_error);
-  std::unique_ptr<AsyncRound> start(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int num_experts,
+  std::unique_ptr<AsyncRound> start(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int64_t num_experts,
                                     int lead_steps);
   void forget_checksums(const std::vector<int>& layers);
-  py::tuple agree(const IndexArray& phy2log, int num_experts, double seconds, const std::string& check_failure);
+  py::tuple agree(const IndexArray& phy2log, int64_t num_experts, double seconds, const std::string& check_failure);
   std::string plane_name() const { return plane_->name(); }
   std::string broken() const { return plane_->broken(); }
   py::object take_callback_failure() {
@@ -195,10 +195,10 @@ void Migration::call_on_layer(const LayerReport& layer) {
   }
 }
 
-RoundResult Migration::migrate(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int num_experts) {
+RoundResult Migration::migrate(const IndexArray& old_phy2log, const IndexArray& new_phy2log, int64_t num_experts) {
   Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
   Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
-  throw_if_error(migrator_->set_num_experts(num_experts));
+  throw_if_error(migrator_->set_num_experts(int(num_experts)));  // <= kMaxExpertsPerLayer, checked above
   RoundReport report;
   {
     UseOfAgent use(agent_.get());
@@ -246,7 +246,7 @@ void Migration::forget_checksums(const std::vector<int>& layers) {
 }
 
 // Collective: do all ranks hold the same mapping after a round?
-py::tuple Migration::agree(const IndexArray& phy2log, int num_experts, double seconds, const std::string& check_failure) {
+py::tuple Migration::agree(const IndexArray& phy2log, int64_t num_experts, double seconds, const std::string& check_failure) {
   Placement placement = placement_from_array(phy2log, num_experts, "phy2log");
   RankOutcome mine{seconds, mapping_hash(placement), check_failure};
   Result<RoundAgreement> agreement = [&] {
@@ -313,10 +313,10 @@ class AsyncRound {
 };
 
 std::unique_ptr<AsyncRound> Migration::start(const IndexArray& old_phy2log, const IndexArray& new_phy2log,
-                                             int num_experts, int lead_steps) {
+                                             int64_t num_experts, int lead_steps) {
   Placement current = placement_from_array(old_phy2log, num_experts, "old_phy2log");
   Placement target = placement_from_array(new_phy2log, num_experts, "new_phy2log");
-  throw_if_error(migrator_->set_num_experts(num_experts));
+  throw_if_error(migrator_->set_num_experts(int(num_experts)));  // <= kMaxExpertsPerLayer, checked above
   return std::make_unique<AsyncRound>(*this, std::move(current), target, lead_steps);
 }
 

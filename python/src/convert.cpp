@@ -133,7 +133,11 @@ std::vector<int32_t> indices_from_array(const IndexArray& array, const char* nam
   return values;
 }
 
-Placement placement_from_array(const IndexArray& phy2log, int num_experts, const char* name) {
+Placement placement_from_array(const IndexArray& phy2log, int64_t num_experts, const char* name) {
+  if (phy2log.ndim() == 2 && (num_experts > phy2log.shape(1) || num_experts > kMaxExpertsPerLayer))
+    throw_invalid("num_logical_experts = " + std::to_string(num_experts) + " for " + name + " of " +
+                  std::to_string(phy2log.shape(1)) + " slots per layer: every expert needs a slot, so expert ids " +
+                  "must be below the slots per layer (and at most " + std::to_string(kMaxExpertsPerLayer) + ")");
   std::vector<int32_t> values = indices_from_array(phy2log, name, 0, num_experts);
   auto placement = Placement::from_phy2log(rows_of(phy2log), num_experts, columns_of(phy2log), std::move(values));
   if (!placement.is_ok()) throw StatusError(placement.status().with_context(name));

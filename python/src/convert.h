@@ -72,8 +72,9 @@ std::vector<int32_t> indices_from_array(const IndexArray& array, const char* nam
 int rows_of(const py::array& array);
 int columns_of(const py::array& array);
 
-// A Placement from a [L][R] phy2log over E experts (every expert needs a replica).
-Placement placement_from_array(const IndexArray& phy2log, int num_experts, const char* name);
+// A Placement from a [L][R] phy2log over E experts (every expert needs a
+// replica): E above R or kMaxExpertsPerLayer is refused before any table.
+Placement placement_from_array(const IndexArray& phy2log, int64_t num_experts, const char* name);
 
 // A new float64 numpy array of the given shape holding `values`.
 py::array_t<double> float64_array(std::span<const double> values, const std::vector<py::ssize_t>& shape);

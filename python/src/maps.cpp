@@ -17,6 +17,12 @@ constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
 // logcnt [L][E]); slots holding -1 (not yet filled) are skipped.
 py::tuple logical_maps(const IndexArray& phy2log, int num_experts) {
   if (num_experts <= 0) throw_invalid("num_logical_experts must be > 0, got " + std::to_string(num_experts));
+  const int64_t entries = phy2log.ndim() == 2 ? int64_t(phy2log.shape(0)) * num_experts : 0;
+  if (num_experts > kMaxExpertsPerLayer || entries > kMaxTableEntries)
+    throw_invalid("num_logical_experts = " + std::to_string(num_experts) + " over " +
+                  std::to_string(phy2log.ndim() == 2 ? phy2log.shape(0) : 0) + " layers: at most " +
+                  std::to_string(kMaxExpertsPerLayer) + " experts per layer and " + std::to_string(kMaxTableEntries) +
+                  " (layers x experts) in all");
   std::vector<int32_t> values = indices_from_array(phy2log, "phy2log", -1, num_experts);
   const size_t layers = rows_of(phy2log), slots = columns_of(phy2log), experts = num_experts;
   std::vector<int32_t> counts(layers * experts, 0);
@@ -24,6 +30,9 @@ py::tuple logical_maps(const IndexArray& phy2log, int num_experts) {
     for (size_t s = 0; s < slots; ++s)
       if (int32_t e = values[l * slots + s]; e >= 0) ++counts[l * experts + e];
   const size_t width = counts.empty() ? 0 : size_t(*std::max_element(counts.begin(), counts.end()));
+  if (double(layers) * double(experts) * double(width) > double(kMaxTableEntries))
+    throw_invalid("log2phy would hold " + std::to_string(layers) + " x " + std::to_string(experts) + " x " +
+                  std::to_string(width) + " entries, above the cap of " + std::to_string(kMaxTableEntries));
   std::vector<int32_t> log2phy(layers * experts * width, -1);
   std::vector<int32_t> filled(experts);
   for (size_t l = 0; l < layers; ++l) {

@@ -1,5 +1,6 @@
 // Migration plan statistics: what a change of placement costs, in slots,
 // bytes and read requests.
+#include <fmt/format.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -18,11 +19,22 @@ struct PlanArguments {
   int64_t bytes_per_expert = 0;
 };
 
+// The experts a plan's placements imply: the largest id + 1, which must be
+// below the slots per layer (every expert needs a slot); refused naming the
+// entry before any table is sized by it.
 int experts_in(const IndexArray& old_phy2log, const IndexArray& new_phy2log) {
   int64_t largest = -1;
-  for (const IndexArray* array : {&old_phy2log, &new_phy2log})
-    if (array->size() > 0) largest = std::max(largest, *std::max_element(array->data(), array->data() + array->size()));
-  return static_cast<int>(std::clamp<int64_t>(largest + 1, 1, int64_t(1) << 30));
+  for (const auto& [array, name] : {std::pair{&old_phy2log, "old_phy2log"}, std::pair{&new_phy2log, "new_phy2log"}}) {
+    if (array->size() == 0) continue;
+    const int64_t* at = std::max_element(array->data(), array->data() + array->size());
+    const int64_t slots = array->shape(1);
+    if (*at >= slots)
+      throw_invalid(fmt::format("{}[{}][{}] = {}: expert ids must be below the {} slots per layer (every expert "
+                                "needs a slot); give num_logical_experts if the ids are right",
+                                name, (at - array->data()) / slots, (at - array->data()) % slots, *at, slots));
+    largest = std::max(largest, *at);
+  }
+  return static_cast<int>(std::max<int64_t>(largest + 1, 1));
 }
 
 py::dict plan_dict(const MigrationPlan& plan, const Topology& topology, int64_t bytes_per_expert) {

@@ -109,6 +109,7 @@ class Launch {
     pids_.assign(size_t(options_.size), -1);
     statuses_.assign(size_t(options_.size), 0);
     result_.exit_codes.assign(size_t(options_.size), -1);
+    result_.pids.assign(size_t(options_.size), -1);
   }
   // Starts every rank; on a failure kills the ranks started so far.
   Status start_all();
@@ -176,6 +177,7 @@ Status Launch::start(int rank) {
     ::_exit(127);
   }
   pids_[rank] = pid;
+  result_.pids[rank] = pid;
   ++live_;
   ::close(exec_errors[1]);
   int child_errno = 0;

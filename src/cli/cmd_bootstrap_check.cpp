@@ -155,7 +155,7 @@ void add_bootstrap_check(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "local", "mpi"}))
       ->capture_default_str();
   command->add_option("--ranks", options->ranks, "number of local ranks to launch (when not under mpirun)")
-      ->check(CLI::Range(1, 1024))
+      ->check(integer_in(1, 1024))
       ->capture_default_str();
   command->add_option("--timeout", options->timeout, "seconds allowed for joining and for every collective")
       ->check(duration_seconds())

@@ -215,10 +215,10 @@ void add_evaluate(CLI::App& app) {
       ->required();
   command->add_option("--window", args->window, "Steps per window K (rebalance every K steps)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_option("--history", args->history, "Past windows the estimator sees")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_option("--policies", args->policies, "Comma-separated policies: deepseek, relabel, incremental, balanced, cost-aware")
       ->capture_default_str();
   command->add_option("--estimator", args->estimator,
@@ -245,7 +245,7 @@ void add_evaluate(CLI::App& app) {
   command->add_option("--ranks", args->ranks, "Ranks P (overrides the preset)");
   command->add_option("--threads", args->threads, "Worker threads per policy call (layers in parallel)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_option("--json", args->json, "Also write the raw per-window numbers to this JSON file");
   command->add_flag("--quiet", args->quiet, "No progress lines on stderr");
   add_max_input_bytes(*command, args->max_input_bytes);

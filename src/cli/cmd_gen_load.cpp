@@ -4,6 +4,7 @@
 #include <string>
 
 #include "command.h"
+#include "options.h"
 #include "eplb/placement.h"
 #include "eplb/placement_io.h"
 #include "eplb/sim.h"
@@ -71,9 +72,9 @@ void add_gen_load(CLI::App& app) {
       ->check(CLI::IsMember({"deepseek-v3", "qwen3-235b", "mixtral-8x7b", "tiny"}))
       ->capture_default_str();
   command->add_option("--layers", args->layers, "Number of MoE layers L (overrides the preset)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(integer_in(1, 1 << 20));
   command->add_option("--experts", args->experts, "Number of logical experts E per layer (overrides the preset)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(integer_in(1, 1 << 20));
   command->add_option("--dist", args->distribution,
                       "Expert popularity: zipf (k-th most popular expert weighs 1/k^skew) or lognormal\n"
                       "(weights exp(skew * z), z standard normal)")
@@ -84,7 +85,7 @@ void add_gen_load(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--steps", args->steps,
                       "Number of steps W; W > 1 writes a [W][L][E] trace (.npy or .json only)")
-      ->check(CLI::Range(1, 1000000))
+      ->check(integer_in(1, 1000000))
       ->capture_default_str();
   command->add_option("--drift", args->drift,
                       "Per-step drift in [0, 1] of which experts are hot (mean-reverting scores; 0: static,\n"

@@ -270,13 +270,13 @@ void add_rebalance(CLI::App& app) {
       ->check(CLI::IsMember({"deepseek-v3", "qwen3-235b", "mixtral-8x7b", "tiny"}))
       ->capture_default_str();
   command->add_option("--replicas", args->replicas, "Physical slots R per layer (>= E, a multiple of --ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_option("--groups", args->groups,
                       "Expert groups G (E a multiple of G); G % N == 0 selects DeepSeek's hierarchical variant")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--nodes", args->nodes, "Nodes N (ranks a multiple of N)")->check(CLI::PositiveNumber);
+      ->check(positive_integer());
+  command->add_option("--nodes", args->nodes, "Nodes N (ranks a multiple of N)")->check(positive_integer());
   command->add_option("--ranks", args->ranks, "Ranks P (GPUs); each holds R / P slots")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   command->add_option("--seed", args->seed, "Seed of the generated load (without --load)")->capture_default_str();
   std::string names;
   for (const auto& name : policy_names()) names += (names.empty() ? "" : ", ") + name;
@@ -293,7 +293,7 @@ void add_rebalance(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--threads", args->threads,
                       "Threads for independent layers (the result is the same for any count)")
-      ->check(CLI::Range(1, 1024))
+      ->check(integer_in(1, 1024))
       ->capture_default_str();
   command->add_option("--bytes-per-expert", args->bytes_per_expert,
                       "Bytes of one expert's weights, for the bytes moved with --current (a byte size: 44040192,\n"

@@ -26,6 +26,7 @@
 #include "eplb/bootstrap.h"
 #include "run_args.h"
 #include "run_metrics_file.h"
+#include "run_report_rescue.h"
 
 namespace eplb::cli {
 namespace {
@@ -263,7 +264,16 @@ void launch(const RunOptions& options, const RunArgs& args) {
   launch_options.deadline = Deadline::after_seconds(
       120.0 + double(options.rounds) * options.topology.num_layers * (options.migrate.retries + 1) * per_layer);
   launch_options.echo_exit_codes = {kExitTimeout, kExitPeerLost};
-  set_launch_result(launch_local_ranks(launch_options));
+  LaunchResult launched = launch_local_ranks(launch_options);
+  // Rank 0 gone before it renamed its report (a forwarded signal, a kill):
+  // the rounds so far are put in place, marked interrupted.
+  if (!launched.pids.empty()) {
+    Status rescued = rescue_report(args.json, launched.pids[0], launched.status.to_string());
+    if (!rescued) std::fprintf(stderr, "eplb: %s\n", rescued.to_string().c_str());
+    // A --metrics rewrite cut short leaves its temporary file; the file in place is whole.
+    if (!args.metrics.empty()) ::unlink(fmt::format("{}.tmp.{}", args.metrics, launched.pids[0]).c_str());
+  }
+  set_launch_result(launched);
 }
 
 // Refuses, before any rank allocates, a run whose ranks on this machine

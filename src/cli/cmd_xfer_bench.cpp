@@ -295,7 +295,7 @@ void add_target_options(CLI::App& command, BenchOptions& options) {
   command.add_option("--target-poll-ms", options.target_poll_ms,
                      "when the target need not progress (shm, --memory ucx): milliseconds it sleeps between "
                      "progress calls; 1 is what ucx_perftest's server does, and its wake-ups slow the initiator")
-      ->check(CLI::Range(1, 1000))
+      ->check(integer_in(1, 1000))
       ->capture_default_str();
   command.add_option("--cpu", options.cpu,
                      "pin this process to this CPU (the initiator, or the target with --listen; -1: no pinning)")
@@ -305,7 +305,7 @@ void add_target_options(CLI::App& command, BenchOptions& options) {
   command.add_option("--peer", options.peer, "HOST:PORT of a target started with --listen (default: fork one)");
   command.add_option("--listen", options.listen_port,
                      "serve as the target for one --peer on this TCP port (1-65535), on --bind's address")
-      ->check(CLI::Range(1, 65535));
+      ->check(integer_in(1, 65535));
   command.add_option("--bind", options.bind_address,
                      "the local IPv4 address --listen binds; 0.0.0.0 serves every interface. The target serves only\n"
                      "a client that proves EPLB_XFER_BENCH_SECRET (64 hex digits; unset, the target makes one and\n"

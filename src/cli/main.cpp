@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.h"
+#include "options.h"
 
 namespace eplb::cli {
 namespace {
@@ -78,6 +79,30 @@ Status launch_status(const LaunchResult& launched) {
   return Status(code_for_exit(exit_code, launched.failed_rank_signalled), launched.status.message());
 }
 
+// A first argument that is neither an option nor a command: named, with the
+// commands there are (CLI11 would say "A subcommand is required", and with
+// --help after it print the main help and exit 0). Returns true if refused.
+bool refuse_unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  std::string names;
+  for (const CLI::App* command : app.get_subcommands({})) {
+    if (command->get_name().empty()) continue;  // an option group
+    if (command->check_name(argv[1])) return false;
+    names += (names.empty() ? "" : ", ") + command->get_name();
+  }
+  std::fprintf(stderr, "eplb: unknown command '%s'; the commands are %s (eplb --help)\n", argv[1], names.c_str());
+  return true;
+}
+
+// A parse error: help and version exit 0 as CLI11 prints them; every other
+// error is one line and exit 2, the documented code of a bad argument
+// (CLI11's own codes, 105, 106, 109..., are not).
+int parse_error_exit(CLI::App& app, const CLI::ParseError& parse_error) {
+  if (parse_error.get_exit_code() == 0) return app.exit(parse_error);
+  std::fprintf(stderr, "eplb: %s (--help for usage)\n", parse_error.what());
+  return 2;
+}
+
 }  // namespace eplb::cli
 
 int main(int argc, char** argv) {
@@ -92,10 +117,12 @@ int main(int argc, char** argv) {
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& [order, add] : commands) add(app);
+  check_integer_options(app);
+  if (refuse_unknown_command(app, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& parse_error) {
-    return app.exit(parse_error);
+    return parse_error_exit(app, parse_error);
   } catch (const std::exception& unexpected) {
     std::fprintf(stderr, "eplb: internal error: %s\n", unexpected.what());
     return 1;

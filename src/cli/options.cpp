@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "common/text.h"
 
@@ -26,6 +27,35 @@ CLI::Validator duration_seconds() {
         return valid ? std::string() : valid.message();
       },
       "SECONDS in (0, 86400]");
+}
+
+CLI::Validator integer_in(int64_t low, int64_t high) {
+  return CLI::Validator(
+      [low, high](std::string& text) -> std::string {
+        auto value = text::parse_int(text, "value");
+        if (value && *value >= low && *value <= high) return std::string();
+        if (low == std::numeric_limits<int64_t>::min()) return fmt::format("an integer is expected, got '{}'", text);
+        if (high == std::numeric_limits<int>::max()) return fmt::format("an integer >= {} is expected, got '{}'", low, text);
+        return fmt::format("an integer in [{}, {}] is expected, got '{}'", low, high, text);
+      },
+      "INT");
+}
+
+CLI::Validator positive_integer() { return integer_in(1, std::numeric_limits<int>::max()); }
+
+void check_integer_options(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type == "INT") option->check(integer_in(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+    else if (type == "UINT")
+      option->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return text::parse_uint(text, "value") ? std::string()
+                                                   : fmt::format("a non-negative integer is expected, got '{}'", text);
+          },
+          "UINT"));
+  }
+  for (CLI::App* command : app.get_subcommands({})) check_integer_options(*command);
 }
 
 void add_max_input_bytes(CLI::App& command, std::string& value) {

@@ -21,6 +21,15 @@ Status check_duration(double seconds, std::string_view flag, bool zero_is_automa
 // The same check as a CLI11 validator (for options checked at parse time).
 CLI::Validator duration_seconds();
 
+// An integer option's value: an integer in [low, high], else a message
+// saying that an integer is expected (CLI11's numeric ranges check doubles
+// and print their limits in full).
+CLI::Validator integer_in(int64_t low, int64_t high);
+CLI::Validator positive_integer();
+// Gives every integer option of `app` and its subcommands an integer_in
+// check of its type's range (run after the commands are added).
+void check_integer_options(CLI::App& app);
+
 // --max-input-bytes on a command that reads input files.
 void add_max_input_bytes(CLI::App& command, std::string& value);
 // Its value in bytes (the byte-size grammar of common/text.h).

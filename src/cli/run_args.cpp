@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <iterator>
+#include <system_error>
+
 #include "common/text.h"
 #include "eplb/bootstrap.h"
 #include "options.h"
@@ -105,7 +109,7 @@ void add_load_options(CLI::App& run, RunArgs& args) {
   run.add_option("--rounds", args.rounds, "rebalancing rounds (one trace window each)")->capture_default_str();
   run.add_option("--policy", args.policy, "placement policy: deepseek, relabel, incremental, balanced")
       ->capture_default_str();
-  run.add_option("--trace", args.trace, "load trace file [steps][layers][experts] (.npy, .csv, .json); default: generated");
+  args.trace_option = run.add_option("--trace", args.trace, "load trace file [steps][layers][experts] (.npy, .csv, .json); default: generated");
   run.add_option("--dist", args.dist, "generated load distribution: zipf or lognormal")->capture_default_str();
   run.add_option("--skew", args.skew, "zipf exponent or lognormal sigma of the generated load")->capture_default_str();
   run.add_option("--drift", args.drift, "per-step drift of expert popularity in the generated trace (< 0: the default)")
@@ -143,10 +147,10 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
   run.add_option("--inject", args.inject,
                  "fault spec for the faulty transfer backend, e.g. err=0.01,stall=0.005,corrupt=0.005,delay_ms=5,\n"
                  "disconnect_after=100,seed=7");
-  run.add_option("--json", args.json,
+  args.json_option = run.add_option("--json", args.json,
                  "write the report (per round and per layer) to this JSON file (rank 0): created before any work,\n"
                  "each round appended as it ends, renamed into place when the run ends (also when it stops)");
-  run.add_option("--metrics", args.metrics,
+  args.metrics_option = run.add_option("--metrics", args.metrics,
                  "write Prometheus metrics (text exposition format, for node_exporter's textfile collector: name\n"
                  "it *.prom in the collector's directory) to this file. Rank 0 writes it: byte counters are the\n"
                  "whole group's, durations rank 0's own per layer. Written atomically (a temporary file beside it,\n"
@@ -207,8 +211,48 @@ Status set_serving(const RunArgs& args, RunOptions& options) {
   return Status::ok();
 }
 
+namespace {
+
+// The file `path` names: symbolic links of its last component followed (a
+// dangling one too: writing it creates its target), its directory made
+// canonical as far as it exists.
+std::filesystem::path real_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code failed;
+  fs::path at = fs::absolute(path, failed);
+  for (int links = 0; links < 40 && fs::is_symlink(fs::symlink_status(at, failed)); ++links) {
+    fs::path target = fs::read_symlink(at, failed);
+    if (failed) break;
+    at = target.is_absolute() ? target : at.parent_path() / target;
+  }
+  fs::path canonical = fs::weakly_canonical(at, failed);
+  return failed ? at.lexically_normal() : canonical;
+}
+
+}  // namespace
+
+Status check_file_options(const RunArgs& args) {
+  const std::pair<const CLI::Option*, const std::string*> files[] = {
+      {args.json_option, &args.json}, {args.metrics_option, &args.metrics}, {args.trace_option, &args.trace}};
+  for (const auto& [option, path] : files)
+    if (option && option->count() && path->empty())
+      return error(Code::InvalidArgument, option->get_name() + " needs a file name, got an empty one");
+  for (size_t a = 0; a < std::size(files); ++a)
+    for (size_t b = a + 1; b < std::size(files); ++b) {
+      if (files[a].second->empty() || files[b].second->empty() || !files[a].first || !files[b].first) continue;
+      const auto first = real_path(*files[a].second), second = real_path(*files[b].second);
+      if (first == second)
+        return error(Code::InvalidArgument,
+                     fmt::format("{} and {} name the same file ({}): {} would overwrite it", files[a].first->get_name(),
+                                 files[b].first->get_name(), first.string(),
+                                 files[b].first == args.trace_option ? "the output" : "one output"));
+    }
+  return Status::ok();
+}
+
 Result<RunOptions> build_run_options(const RunArgs& args, int group_size) {
   RunOptions options;
+  EPLB_TRY(check_file_options(args));
   EPLB_ASSIGN_OR_RETURN(options.topology, build_topology(args, group_size));
   if (!args.tensors.empty()) {
     auto tensors = parse_tensors(args.tensors);

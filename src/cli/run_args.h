@@ -52,11 +52,18 @@ struct RunArgs {
   CLI::Option* commit_option = nullptr;
   CLI::Option* step_ms_option = nullptr;
   CLI::Option* serve_share_option = nullptr;
+  CLI::Option* json_option = nullptr;
+  CLI::Option* metrics_option = nullptr;
+  CLI::Option* trace_option = nullptr;
 };
 
 void add_run_options(CLI::App& run, RunArgs& args);
 // `group_size` > 0: the number of rank processes actually started.
 Result<RunOptions> build_run_options(const RunArgs& args, int group_size);
+// --json, --metrics and --trace: none given empty, and no two naming the
+// same file (real paths: symbolic links followed, also dangling ones);
+// InvalidArgument naming both options otherwise.
+Status check_file_options(const RunArgs& args);
 RunLabels run_labels(const RunArgs& args, bool mpi);
 
 }  // namespace eplb::cli

@@ -20,7 +20,7 @@ void add_cluster_options(CLI::App& command, SimulateArgs& args) {
                      "Hosts and network preset: " + names + " (8 GPUs per host, NVLink 4, one 400 Gb/s NIC per GPU;\n"
                      "numbers and sources in docs/scale.md); the options below override its parts")
       ->capture_default_str();
-  command.add_option("--ranks-per-host", args.ranks_per_host, "GPUs (ranks) per host")->check(CLI::Range(1, 1024));
+  command.add_option("--ranks-per-host", args.ranks_per_host, "GPUs (ranks) per host")->check(integer_in(1, 1024));
   command.add_option("--intra-rate", args.intra_rate, "Per rank link inside a host, each way (e.g. 450GB, 2GB)");
   command.add_option("--nic-rate", args.nic_rate, "Per rank NIC, each way (e.g. 400gbit, 200mbit)");
   command.add_option("--host-rate", args.host_rate, "Per host link shared by its ranks, each way; 0 for none (e.g. 200mbit)");
@@ -37,13 +37,13 @@ void add_model_options(CLI::App& command, SimulateArgs& args) {
   command.add_option("--model", args.model, "Model preset: " + names)->capture_default_str();
   command.add_option("--ranks", args.ranks, "Expert-parallel ranks (GPUs), a multiple of --ranks-per-host")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  command.add_option("--layers", args.layers, "MoE layers (overrides the model)")->check(CLI::PositiveNumber);
-  command.add_option("--experts", args.experts, "Routed experts per layer (overrides the model)")->check(CLI::PositiveNumber);
+      ->check(integer_in(1, 1 << 20));
+  command.add_option("--layers", args.layers, "MoE layers (overrides the model)")->check(positive_integer());
+  command.add_option("--experts", args.experts, "Routed experts per layer (overrides the model)")->check(positive_integer());
   command.add_option("--replicas", args.replicas,
                      "Physical slots per layer (default: the smallest multiple of --ranks >= experts * 9/8)")
-      ->check(CLI::PositiveNumber);
-  command.add_option("--groups", args.groups, "Expert groups (overrides the model)")->check(CLI::PositiveNumber);
+      ->check(positive_integer());
+  command.add_option("--groups", args.groups, "Expert groups (overrides the model)")->check(positive_integer());
   command.add_option("--bytes-per-expert", args.bytes_per_expert, "Bytes of one expert (overrides the model), e.g. 1MiB");
 }
 
@@ -54,8 +54,8 @@ void add_input_options(CLI::App& command, SimulateArgs& args) {
   command.add_option("--before", args.before, "Placement in force (JSON from `eplb rebalance --out`): one rebalance");
   command.add_option("--after", args.after, "The new placement (JSON), with --before");
   command.add_option("--load", args.load, "With --before/--after: the load [L][E] to judge the balance on");
-  command.add_option("--window", args.window, "Trace steps between rebalances")->capture_default_str()->check(CLI::PositiveNumber);
-  command.add_option("--history", args.history, "Past windows the estimator sees")->capture_default_str()->check(CLI::PositiveNumber);
+  command.add_option("--window", args.window, "Trace steps between rebalances")->capture_default_str()->check(positive_integer());
+  command.add_option("--history", args.history, "Past windows the estimator sees")->capture_default_str()->check(positive_integer());
   command.add_option("--estimator", args.estimator, "Load estimator: sum | ema:H | robust:Z")->capture_default_str();
   std::string names;
   for (const auto& name : policy_names()) names += (names.empty() ? "" : ", ") + name;
@@ -73,7 +73,7 @@ void add_serving_options(CLI::App& command, SimulateArgs& args) {
       ->check(CLI::Range(1e-6, 1e9));
   command.add_option("--tokens-per-step", args.tokens_per_step, "Tokens one serving step serves")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1e-6, 1e15));
   command.add_option("--interval-s", args.interval_s, "Seconds between rebalances")
       ->capture_default_str()
       ->check(CLI::Range(1e-6, 1e9));

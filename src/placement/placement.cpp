@@ -25,6 +25,10 @@ Result<Placement> Placement::from_phy2log(int num_layers, int num_experts, int n
                                           std::vector<int32_t> phy2log) {
   if (num_layers <= 0 || num_experts <= 0 || num_slots <= 0)
     return error(Code::InvalidArgument, "placement shape must be positive");
+  if (num_experts > kMaxExpertsPerLayer || int64_t(num_layers) * num_experts > kMaxTableEntries)
+    return error(Code::InvalidArgument,
+                 fmt::format("placement of {} experts x {} layers: at most {} experts per layer and {} in all",
+                             num_experts, num_layers, kMaxExpertsPerLayer, kMaxTableEntries));
   if (phy2log.size() != size_t(num_layers) * num_slots)
     return error(Code::InvalidArgument,
                  fmt::format("phy2log holds {} entries, expected {}", phy2log.size(), size_t(num_layers) * num_slots));

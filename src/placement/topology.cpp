@@ -23,10 +23,12 @@ Status Topology::validate() const {
     return bad(fmt::format("ranks P={} must be a multiple of nodes N={}", num_ranks, num_nodes));
   if (num_experts % num_groups != 0)
     return bad(fmt::format("experts E={} must be a multiple of groups G={}", num_experts, num_groups));
-  // Guard the products used for buffer sizes against overflow of int32 indexing.
-  if (int64_t(num_layers) * num_slots > (int64_t(1) << 30) ||
-      int64_t(num_layers) * num_experts > (int64_t(1) << 30))
-    return bad("too large (layers x slots must stay below 2^30)");
+  if (num_slots > kMaxSlotsPerLayer) return bad(fmt::format("slots R={} above the cap, at most {}", num_slots, kMaxSlotsPerLayer));
+  if (num_experts > kMaxExpertsPerLayer)
+    return bad(fmt::format("experts E={} above the cap, at most {}", num_experts, kMaxExpertsPerLayer));
+  if (int64_t(num_layers) * num_slots > kMaxTableEntries)
+    return bad(fmt::format("layers x slots = {} above the cap, at most {}", int64_t(num_layers) * num_slots,
+                           kMaxTableEntries));
   return Status::ok();
 }
 

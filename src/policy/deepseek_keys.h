@@ -27,10 +27,6 @@ inline uint32_t ordered_bits(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   return bits == 0x80000000u ? 0u : bits;
 }
-// Smaller key first: smaller value, then lower index.
-inline uint64_t ascending_key(float value, int index) {
-  return (uint64_t(ordered_bits(value)) << 32) | uint32_t(index);
-}
 // Smaller key first: larger value, then lower index.
 inline uint64_t descending_key(float value, int index) {
   return (uint64_t(~ordered_bits(value)) << 32) | uint32_t(index);

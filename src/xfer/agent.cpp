@@ -1,6 +1,7 @@
 // Agent: creation, memory registration, metadata export/load, peers.
 #include <fmt/format.h>
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "agent_impl.h"
@@ -42,8 +43,10 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
     if (!faulty) return faulty.status().with_context("agent " + config.name);
     chosen = std::move(faulty).value();
   }
-  return std::unique_ptr<Agent>(
-      new Agent(std::make_unique<Impl>(config.name, std::move(chosen), config.map_peer_memory_eagerly)));
+  auto impl = std::make_unique<Impl>(config.name, std::move(chosen), config.map_peer_memory_eagerly);
+  const char* job_secret = std::getenv("EPLB_RUN_SECRET");
+  impl->set_secret(!config.secret.empty() ? config.secret : job_secret ? job_secret : "");
+  return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
 // The handle forwards to Impl.
@@ -193,12 +196,12 @@ Result<AgentMetadata> Agent::Impl::build_metadata(std::span<const RegionId> ids,
 Result<std::vector<uint8_t>> Agent::Impl::export_metadata() const {
   EPLB_ASSIGN_OR_RETURN(AgentMetadata metadata, build_metadata({}, true));
   metadata.complete = true;
-  return encode_metadata(metadata);
+  return encode_metadata(metadata, secret_);
 }
 
 Result<std::vector<uint8_t>> Agent::Impl::export_metadata(std::span<const RegionId> regions) const {
   EPLB_ASSIGN_OR_RETURN(AgentMetadata metadata, build_metadata(regions, false));
-  return encode_metadata(metadata);
+  return encode_metadata(metadata, secret_);
 }
 
 // Unpacks the keys of regions not yet known; all or nothing.
@@ -247,7 +250,7 @@ void Agent::Impl::drop_unlisted_regions(PeerState& peer, const AgentMetadata& me
 }
 
 Result<std::string> Agent::Impl::load_metadata(std::span<const uint8_t> bytes) {
-  auto decoded = decode_metadata(bytes);
+  auto decoded = decode_metadata(bytes, secret_);
   if (!decoded) return decoded.status().with_context("agent " + name_ + ": loading peer metadata");
   const AgentMetadata& metadata = *decoded;
   if (metadata.backend_name != backend_->name())

@@ -85,6 +85,8 @@ class Agent::Impl {
   ~Impl();
 
   const std::string& name() const { return name_; }
+  // Seals exported metadata and requires loaded metadata sealed (AgentConfig::secret).
+  void set_secret(std::string secret) { secret_ = std::move(secret); }
   std::string backend_name() const { return backend_->name(); }
   std::string transports() const { return backend_->transports(); }
   Result<std::vector<std::string>> peer_transports(const std::string& peer) const;
@@ -152,6 +154,7 @@ class Agent::Impl {
 
   std::string name_;
   bool map_peer_memory_eagerly_ = false;
+  std::string secret_;  // AgentConfig::secret (or EPLB_RUN_SECRET): seals metadata
   uint64_t next_handle_ = 1;
   std::unique_ptr<Backend> backend_;
   std::map<RegionId, std::shared_ptr<LocalRegionState>> regions_;

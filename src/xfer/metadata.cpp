@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <cstring>
 #include <unordered_set>
 
@@ -81,8 +85,27 @@ Result<std::string> read_name(FieldReader& reader, const char* field, size_t max
   return std::string(text.begin(), text.end());
 }
 
-// The header and the checksum of the whole message; the body's end.
-Result<size_t> check_frame(std::span<const uint8_t> data) {
+// The seal of a message whose flags say it is sealed, checked when this
+// side has a secret; the length of the seal (0 when unsealed).
+Result<size_t> check_seal(std::span<const uint8_t> data, uint16_t flags, std::string_view secret,
+                          const FieldReader& reader) {
+  const bool sealed = (flags & kMetadataSealed) != 0;
+  if (!sealed) {
+    if (secret.empty()) return size_t(0);
+    return reader.fail(6, "not sealed with this job's secret (EPLB_RUN_SECRET): refused before it is read");
+  }
+  if (data.size() < kHeaderLength + kChecksumLength + kSealLength) return reader.fail(0, "too short for its seal");
+  const size_t seal_at = data.size() - kSealLength;
+  if (!secret.empty()) {
+    const auto expected = metadata_seal(data.first(seal_at), secret);
+    if (CRYPTO_memcmp(expected.data(), data.data() + seal_at, kSealLength) != 0)
+      return reader.fail(seal_at, "seal does not match this job's secret (EPLB_RUN_SECRET): refused before it is read");
+  }
+  return kSealLength;
+}
+
+// The header, the seal and the checksum of the whole message; the body's end.
+Result<size_t> check_frame(std::span<const uint8_t> data, std::string_view secret) {
   FieldReader reader(data);
   if (data.size() < kHeaderLength + kChecksumLength)
     return reader.fail(0, fmt::format("only {} bytes, a header and checksum need {}", data.size(),
@@ -95,11 +118,13 @@ Result<size_t> check_frame(std::span<const uint8_t> data) {
     return reader.fail(4, fmt::format("unsupported version {} (this build reads version {})", version,
                                       kMetadataVersion));
   const uint16_t flags = bytes::load<uint16_t>(data.data() + 6);
-  if ((flags & ~kMetadataComplete) != 0) return reader.fail(6, fmt::format("unknown flags {}", flags));
+  if ((flags & ~(kMetadataComplete | kMetadataSealed)) != 0)
+    return reader.fail(6, fmt::format("unknown flags {}", flags));
+  EPLB_ASSIGN_OR_RETURN(size_t seal, check_seal(data, flags, secret, reader));
   const uint32_t total = bytes::load<uint32_t>(data.data() + 8);
   if (total < data.size()) return reader.fail(total, fmt::format("trailing garbage: header says {} bytes", total));
   if (total > data.size()) return reader.fail(data.size(), fmt::format("truncated: header says {} bytes", total));
-  const size_t body_end = data.size() - kChecksumLength;
+  const size_t body_end = data.size() - seal - kChecksumLength;
   if (bytes::load<uint64_t>(data.data() + body_end) != metadata_checksum(data.first(body_end)))
     return reader.fail(body_end, "checksum mismatch (garbled)");
   return body_end;
@@ -151,7 +176,14 @@ Status read_regions(FieldReader& body, std::vector<RegionMetadata>& regions) {
 
 uint64_t metadata_checksum(std::span<const uint8_t> data) { return bytes::checksum(data); }
 
-Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata) {
+std::array<uint8_t, kSealLength> metadata_seal(std::span<const uint8_t> data, std::string_view secret) {
+  std::array<uint8_t, kSealLength> seal{};
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), int(secret.size()), data.data(), data.size(), seal.data(), &length);
+  return seal;
+}
+
+Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata, std::string_view secret) {
   auto too_long = [](const char* field, size_t length, size_t max) {
     return error(Code::InvalidArgument,
                  fmt::format("agent metadata: {} has {} bytes, at most {} allowed", field, length, max));
@@ -166,7 +198,7 @@ Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata) {
   bytes::Writer writer;
   writer.raw(std::span<const uint8_t>(kMagic, sizeof kMagic));
   writer.u16(kMetadataVersion);
-  writer.u16(metadata.complete ? kMetadataComplete : 0);
+  writer.u16(uint16_t((metadata.complete ? kMetadataComplete : 0) | (secret.empty() ? 0 : kMetadataSealed)));
   writer.u32(0);  // total length, patched below
   writer.blob<uint16_t>(metadata.agent_name);
   writer.blob<uint16_t>(metadata.backend_name);
@@ -182,15 +214,19 @@ Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata) {
     writer.u32(region.device_id);
     writer.blob<uint32_t>(as_text(region.packed_key));
   }
-  size_t total = writer.size() + kChecksumLength;
+  size_t total = writer.size() + kChecksumLength + (secret.empty() ? 0 : kSealLength);
   if (total > kMaxMetadataLength) return too_long("metadata", total, kMaxMetadataLength);
   writer.patch_u32(8, static_cast<uint32_t>(total));
   writer.u64(bytes::checksum(writer.view()));
-  return writer.take_vector();
+  if (secret.empty()) return writer.take_vector();
+  std::vector<uint8_t> sealed = writer.take_vector();
+  const auto seal = metadata_seal(sealed, secret);
+  sealed.insert(sealed.end(), seal.begin(), seal.end());
+  return sealed;
 }
 
-Result<AgentMetadata> decode_metadata(std::span<const uint8_t> data) {
-  EPLB_ASSIGN_OR_RETURN(size_t body_end, check_frame(data));
+Result<AgentMetadata> decode_metadata(std::span<const uint8_t> data, std::string_view secret) {
+  EPLB_ASSIGN_OR_RETURN(size_t body_end, check_frame(data, secret));
   // The body is parsed up to body_end: the checksum is not part of it.
   FieldReader body(data.first(body_end));
   EPLB_TRY(body.skip("header", kHeaderLength));  // checked by check_frame

@@ -209,6 +209,31 @@ void on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status) {
 constexpr size_t kRemoteKeyPadding = 8 + 1 + 64 * 256 + 64;
 constexpr size_t kMaxConnectionInfoBytes = 1 << 16;
 
+}  // namespace
+
+Status check_packed_key(std::span<const uint8_t> key, const std::string& peer) {
+  auto bad = [&](size_t at, const std::string& what) {
+    return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} ({} bytes): {} at offset {}",
+                                             peer, key.size(), what, at));
+  };
+  if (key.size() < sizeof(uint64_t) + 1) return bad(0, "too short for its md map and memory type");
+  uint64_t md_map = 0;
+  std::memcpy(&md_map, key.data(), sizeof md_map);
+  if (md_map == 0) return bad(0, "empty md map");
+  if (key[8] >= UCS_MEMORY_TYPE_LAST) return bad(8, fmt::format("unknown memory type {}", key[8]));
+  size_t at = 9;
+  for (int md = 0; md < 64; ++md) {
+    if ((md_map & (uint64_t(1) << md)) == 0) continue;
+    if (at >= key.size()) return bad(at, fmt::format("no size for md {}", md));
+    const size_t length = key[at];
+    if (at + 1 + length > key.size()) return bad(at, fmt::format("md {}'s {} bytes run past the key", md, length));
+    at += 1 + length;
+  }
+  return Status::ok();
+}
+
+namespace {
+
 class UcxBackend final : public Backend {
  public:
   UcxBackend(std::shared_ptr<UcxWorkerState> state, std::vector<uint8_t> address, std::string transports)
@@ -340,6 +365,7 @@ class UcxBackend final : public Backend {
       return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} has {} bytes", state->name,
                                                packed_key.size()));
     }
+    EPLB_TRY(check_packed_key(packed_key, state->name));
     // The packed key carries no length of its own: a zero tail keeps a
     // truncated key from making UCX read past our copy.
     std::vector<uint8_t> padded(packed_key.size() + kRemoteKeyPadding, 0);
@@ -454,6 +480,11 @@ Result<ucp_config_t*> read_config(const AgentConfig& agent, std::string* descrip
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) return status_for(status, "ucp_config_read (check the UCX_* environment)");
   if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", "1s");
+  // One memory handle per registration, sized to the region: no registration
+  // cache merging or widening regions (a peer's key then reaches no byte the
+  // owner did not register, where the transport enforces it). The user's
+  // UCX_RCACHE_ENABLE wins.
+  if (std::getenv("UCX_RCACHE_ENABLE") == nullptr) (void)ucp_config_modify(config, "RCACHE_ENABLE", "n");
   auto tls = apply_setting(config, "TLS", agent.transports);
   auto devices = tls ? apply_setting(config, "NET_DEVICES", agent.net_devices) : tls;
   if (!devices) {

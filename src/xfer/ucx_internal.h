@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,13 @@ std::vector<uint8_t> encode_notification(const std::string& sender, const std::s
 Result<std::unique_ptr<BackendRequest>> post_ucx_request(Operation op, const std::shared_ptr<UcxPeerState>& peer,
                                                          std::span<const TransferSegment> segments,
                                                          std::vector<uint8_t> notification_payload);
+
+// What UCX 1.13's ucp_ep_rkey_unpack dereferences of a packed key, checked
+// before it is handed over (UCX trusts the bytes: a memory type out of range
+// indexes its tables, sizes run past the key): md map u64 (not 0) | memory
+// type u8 (< UCS_MEMORY_TYPE_LAST) | per md in the map: size u8 + that many
+// bytes, all inside the key. Mismatch naming the peer and the offset otherwise.
+Status check_packed_key(std::span<const uint8_t> key, const std::string& peer);
 
 // Narrows this process's System V segments from UCX's 0660 to 0600
 // (ucx_shm_mode.cpp); returns how many it changed.

@@ -246,10 +246,10 @@ TEST(XferBenchCli, BadOptionsAreRefusedWithTheReason) {
       {"--peer nocolon", "--peer must be HOST:PORT"},
       {"--peer 127.0.0.1:70000", "--peer port"},
       {"--peer 127.0.0.1:0", "--peer port"},
-      {"--listen 0", "--listen: Value 0 not in range 1 to 65535"},
-      {"--listen 70000", "--listen: Value 70000 not in range 1 to 65535"},
+      {"--listen 0", "--listen: an integer in [1, 65535] is expected, got '0'"},
+      {"--listen 70000", "--listen: an integer in [1, 65535] is expected, got '70000'"},
       {"--listen 5000 --bind localhost", "--bind: 'localhost' is not an IPv4 address"},
-      {"--target-poll-ms 0", "--target-poll-ms: Value 0 not in range 1 to 1000"},
+      {"--target-poll-ms 0", "--target-poll-ms: an integer in [1, 1000] is expected, got '0'"},
       // Issue 17 row 8: every duration finite, > 0 and at most a day.
       {"--timeout 0", "--timeout must be a number of seconds in (0, 86400]"},
       {"--timeout inf", "--timeout must be a number of seconds in (0, 86400]"},

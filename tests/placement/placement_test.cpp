@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "eplb/placement.h"
 
 namespace eplb {
@@ -107,6 +109,34 @@ TEST(Placement, SetLayerWidensLog2phy) {
   EXPECT_EQ(four.phy2log(1, 1), 0);
   EXPECT_EQ(four.logcnt(1, 0), 2);
   EXPECT_EQ(slots_changed(four, four), std::vector<int>({0, 0}));
+}
+
+}  // namespace
+}  // namespace eplb
+
+// Issue 29 item 6: sizes beyond the documented caps are refused before any
+// table is sized (they took gigabytes and seconds, then failed).
+namespace eplb {
+namespace {
+
+TEST(Placement, HugeExpertCountsAreRefusedBeforeAnyTable) {
+  auto start = std::chrono::steady_clock::now();
+  auto huge = Placement::from_phy2log(4, 1 << 28, 8, std::vector<int32_t>(32, 0));
+  ASSERT_FALSE(huge.is_ok());
+  EXPECT_EQ(huge.status().code(), Code::InvalidArgument);
+  EXPECT_NE(huge.status().message().find("at most"), std::string::npos) << huge.status().message();
+  EXPECT_NE(huge.status().message().find(std::to_string(kMaxExpertsPerLayer)), std::string::npos)
+      << huge.status().message();
+  Topology replicas{4, 8, 1 << 26, 1, 1, 1};
+  Status too_many = replicas.validate();
+  EXPECT_EQ(too_many.code(), Code::InvalidArgument);
+  EXPECT_NE(too_many.message().find(std::to_string(kMaxSlotsPerLayer)), std::string::npos) << too_many.message();
+  Topology wide{1 << 11, 1 << 16, 1 << 16, 1, 1, 1};
+  Status too_wide = wide.validate();
+  EXPECT_EQ(too_wide.code(), Code::InvalidArgument);
+  EXPECT_NE(too_wide.message().find(std::to_string(kMaxTableEntries)), std::string::npos) << too_wide.message();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.5);
+  EXPECT_TRUE((Topology{58, 256, 288, 8, 4, 32}.validate().is_ok()));
 }
 
 }  // namespace

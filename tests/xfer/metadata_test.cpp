@@ -104,7 +104,7 @@ TEST(MetadataTest, HeaderProblemsAreNamed) {
   fix_checksum(version);
   expect_mismatch(version, "unsupported version 1 (this build reads version 2)");
   auto flags = bytes;
-  flags[6] = 2;
+  flags[6] = 4;  // bits 0 (complete) and 1 (sealed) are known
   fix_checksum(flags);
   expect_mismatch(flags, "unknown flags");
   expect_mismatch({}, "only 0 bytes");

@@ -10,15 +10,16 @@ matplotlib Figure (no pyplot, no global state) and write it to `out` when
 given. `timeline` (eplb/plot/timeline.py) draws an async `eplb run` report's
 serving step times with the layer commits marked. The shell entry point is
 `python3 -m eplb.plot rank-loads|evaluate|timeline` (eplb/plot/__main__.py).
-Bad input raises eplb.Error.
+Bad input raises eplb.Error: files are read as untrusted (regular files only,
+size-capped, UTF-8, every field drawn type-checked and named; eplb/plot/_inputs.py).
 """
-import json
 import os
 
 import numpy as np
 
 from eplb.balance import balancedness, rank_loads as _rank_loads
 from eplb.errors import Error
+from eplb.plot import _inputs
 
 __all__ = ["rank_loads", "evaluate", "timeline", "default_phy2log", "save"]
 
@@ -107,43 +108,57 @@ def rank_loads(load, after, num_ranks, *, before=None, title=None, out=None):
     return figure
 
 
-def _evaluate_results(results) -> dict:
+def _evaluate_results(results, max_input_bytes=None) -> dict:
+    """A report given as a dict, or read from a path as untrusted input (eplb.plot._inputs)."""
     if isinstance(results, dict):
         return results
-    path = os.fspath(results)
-    try:
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
-    except OSError as failure:
-        raise Error(f"{path}: cannot read: {failure}", "I/O error") from None
-    except json.JSONDecodeError as failure:
-        raise Error(f"{path}: not JSON: {failure}", "parse error") from None
+    return _inputs.read_json(results, _inputs.DEFAULT_MAX_BYTES if max_input_bytes is None else max_input_bytes)
+
+
+def _check_evaluate(data: dict, source: str) -> None:
+    """Every field evaluate() draws has its type; eplb.Error naming the first that does not."""
+    _inputs.optional(data, "topology", "object", "topology", source)
+    if not data.get("policies"):
+        raise Error(f"{source}: not `eplb evaluate --json` output (no 'policies')", "parse error")
+    for p, policy in enumerate(_inputs.expect(data["policies"], "list", "policies", source)):
+        where = f"policies[{p}]"
+        _inputs.expect(policy, "object", where, source)
+        for key, kind in (("policy", "string"), ("windows", "list")):
+            if key not in policy:
+                raise Error(f"{source}: {where}: not `eplb evaluate --json` output (missing '{key}')", "parse error")
+            _inputs.expect(policy[key], kind, f"{where}.{key}", source)
+        for w, window in enumerate(policy["windows"]):
+            _inputs.expect(window, "object", f"{where}.windows[{w}]", source)
+            for key in ("boundary", "next_window", "bytes_moved"):
+                if key not in window:
+                    raise Error(f"{source}: {where}.windows[{w}]: missing '{key}'", "parse error")
+                _inputs.expect(window[key], "number", f"{where}.windows[{w}].{key}", source)
 
 
 def _policy_series(policy: dict, source: str):
-    try:
-        windows = policy["windows"]
-        return (policy["policy"], [w["boundary"] for w in windows], [w["next_window"] for w in windows],
-                [w["bytes_moved"] / 1e9 for w in windows])
-    except (KeyError, TypeError) as failure:
-        raise Error(f"{source}: not `eplb evaluate --json` output (missing {failure})", "parse error") from None
+    windows = policy["windows"]
+    return (policy["policy"], [w["boundary"] for w in windows], [w["next_window"] for w in windows],
+            [w["bytes_moved"] / 1e9 for w in windows])
 
 
-def evaluate(results, *, title=None, out=None):
+def evaluate(results, *, title=None, out=None, max_input_bytes=None):
     """Balancedness per window per policy, and bytes moved, from `eplb evaluate --json` output.
 
     Args:
         results: the JSON file's path, or its content as a dict.
         title: the figure's title (default: trace, window, estimator, topology).
         out: write the picture there (.png, .svg, ...).
+        max_input_bytes: the largest file read (default 1 GiB); only regular files are read.
 
     Returns:
         the matplotlib Figure.
+
+    Raises:
+        eplb.Error: an unreadable file, or a field of the wrong type (named).
     """
-    data = _evaluate_results(results)
-    source = results if not isinstance(results, dict) else "results"
-    if not isinstance(data, dict) or not data.get("policies"):
-        raise Error(f"{source}: not `eplb evaluate --json` output (no 'policies')", "parse error")
+    data = _evaluate_results(results, max_input_bytes)
+    source = os.fspath(results) if not isinstance(results, dict) else "results"
+    _check_evaluate(data, source)
     figure = _figure(11, 7)
     balance, moved = figure.subplots(2, 1, sharex=True)
     for index, policy in enumerate(data["policies"]):

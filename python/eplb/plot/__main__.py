@@ -2,8 +2,12 @@
 
   python3 -m eplb.plot rank-loads --load LOAD (--after PLACEMENT.json | --policy NAME)
                        [--before PLACEMENT.json] [--replicas R --groups G --nodes N --ranks P] -o FILE
-  python3 -m eplb.plot evaluate RESULTS.json -o FILE
-  python3 -m eplb.plot timeline RUN.json [--round N] -o FILE
+  python3 -m eplb.plot evaluate RESULTS.json [--max-input-bytes SIZE] -o FILE
+  python3 -m eplb.plot timeline RUN.json [--round N] [--max-input-bytes SIZE] -o FILE
+
+Input files are read as untrusted: regular files only, at most --max-input-bytes (default 1GiB), UTF-8
+JSON whose drawn fields have their types; anything else is exit 3 with one line naming the file (and
+the field).
 
 Exit codes as the eplb command: 0 done, 2 bad argument, 3 bad input file, 1 other.
 """
@@ -11,6 +15,7 @@ import argparse
 import sys
 
 from eplb import files, plot
+from eplb.plot import _inputs
 from eplb.errors import Error
 from eplb.policy import policies, rebalance_experts
 
@@ -37,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
                                                "rebalance, from the JSON written by `eplb evaluate --json`.")
     evaluate.add_argument("results", help="the JSON file written by `eplb evaluate --json FILE`")
     evaluate.add_argument("-o", "--out", required=True, help="the picture to write (.png, .svg, .pdf)")
+    _max_input_bytes(evaluate)
     timeline = commands.add_parser("timeline", help="an async `eplb run --json` report: serving step times, commits",
                                    description="Serving step times over each round of an async `eplb run` (the "
                                                "report's serving_timeline), the time stalled in eplb calls and "
@@ -44,7 +50,14 @@ def _parser() -> argparse.ArgumentParser:
     timeline.add_argument("report", help="the JSON file written by `eplb run --async ... --json FILE`")
     timeline.add_argument("--round", type=int, help="draw only this round (from 1; default: every round)")
     timeline.add_argument("-o", "--out", required=True, help="the picture to write (.png, .svg, .pdf)")
+    _max_input_bytes(timeline)
     return parser
+
+
+def _max_input_bytes(command) -> None:
+    command.add_argument("--max-input-bytes", default="1GiB",
+                         help="largest input file read, e.g. 256MiB (default 1GiB); a larger one is refused before "
+                              "it is read. Inputs must be regular files (not a FIFO or a device)")
 
 
 _FLAGS = {"num_replicas": "replicas", "num_groups": "groups", "num_nodes": "nodes", "num_ranks": "ranks"}
@@ -84,11 +97,13 @@ def main(argv=None) -> int:
         if arguments.command == "rank-loads":
             _rank_loads(arguments)
         elif arguments.command == "timeline":
-            plot.timeline(arguments.report, round=arguments.round, out=arguments.out)
+            cap = _inputs.parse_byte_size(arguments.max_input_bytes)
+            plot.timeline(arguments.report, round=arguments.round, out=arguments.out, max_input_bytes=cap)
         else:
-            plot.evaluate(arguments.results, out=arguments.out)
+            cap = _inputs.parse_byte_size(arguments.max_input_bytes)
+            plot.evaluate(arguments.results, out=arguments.out, max_input_bytes=cap)
     except Error as failure:
-        print(f"eplb.plot: {failure.code}: {failure}", file=sys.stderr)
+        print(f"eplb.plot: {failure.code}: {' '.join(str(failure).split())}", file=sys.stderr)
         return _EXIT_CODES.get(failure.code, 1)
     print(f"wrote {arguments.out}")
     return 0

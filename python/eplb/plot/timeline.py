@@ -7,23 +7,62 @@ inside eplb calls, and a marker per layer commit at its step; the panel title ca
 "serving" summary (p50, p99, stall total and max, inconsistent reads) and a dashed line the
 "serving_idle" p50 when the report has it. It returns the matplotlib Figure and writes it to
 `out` when given. A report without a serving timeline (a synchronous run) or a malformed one
-raises eplb.Error naming what is missing.
+raises eplb.Error naming what is missing; a field of the wrong type raises eplb.Error naming the field.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from eplb.errors import Error
+from eplb.plot import _inputs
 
 __all__ = ["timeline"]
 
 SERIES = ("step_end_seconds", "step_seconds", "stall_seconds")
 
 
-def _rounds_with_timeline(data: dict, source: str, chosen) -> list:
-    rounds = data.get("rounds") if isinstance(data, dict) else None
-    if not isinstance(rounds, list):
+_SERVING = ("steps", "step_seconds_p50", "step_seconds_p99", "stall_seconds_total", "stall_seconds_max",
+            "inconsistent_reads")
+
+
+def _check_round(round_, where: str, source: str) -> None:
+    """The fields of one round that are drawn: their types, or eplb.Error naming the first wrong one."""
+    _inputs.expect(round_, "object", where, source)
+    _inputs.optional(round_, "round", "integer", f"{where}.round", source)
+    serving = _inputs.optional(round_, "serving", "object", f"{where}.serving", source) or {}
+    for key in _SERVING:
+        _inputs.optional(serving, key, "number", f"{where}.serving.{key}", source)
+    timeline = round_.get("serving_timeline")
+    if timeline is None:
+        return
+    _inputs.expect(timeline, "object", f"{where}.serving_timeline", source)
+    for key in SERIES:
+        if key in timeline:
+            _inputs.numbers(timeline[key], f"{where}.serving_timeline.{key}", source)
+    commits = _inputs.optional(timeline, "commits", "list", f"{where}.serving_timeline.commits", source) or []
+    for c, commit in enumerate(commits):
+        at = f"{where}.serving_timeline.commits[{c}]"
+        _inputs.expect(commit, "object", at, source)
+        for key, kind in (("layer", "integer"), ("step", "integer"), ("seconds", "number")):
+            _inputs.optional(commit, key, kind, f"{at}.{key}", source)
+
+
+def _check_report(data: dict, source: str) -> None:
+    """Every field timeline() draws has its type; eplb.Error naming the first that does not."""
+    _inputs.optional(data, "topology", "object", "topology", source)
+    for key in ("policy", "commit"):
+        _inputs.optional(data, key, "string", key, source)
+    idle = _inputs.optional(data, "serving_idle", "object", "serving_idle", source) or {}
+    _inputs.optional(idle, "step_seconds_p50", "number", "serving_idle.step_seconds_p50", source)
+    if "rounds" not in data:
         raise Error(f"{source}: not an `eplb run --json` report (no 'rounds')", "parse error")
+    for index, round_ in enumerate(_inputs.expect(data["rounds"], "list", "rounds", source)):
+        _check_round(round_, f"rounds[{index}]", source)
+
+
+def _rounds_with_timeline(data: dict, source: str, chosen) -> list:
+    _check_report(data, source)
+    rounds = data["rounds"]
     if chosen is not None:
         rounds = [r for r in rounds if isinstance(r, dict) and r.get("round") == chosen]
         if not rounds:
@@ -85,7 +124,7 @@ def _draw_round(axis, round_: dict, source: str, idle_p50_ms) -> None:
     axis.legend(loc="upper right", fontsize="x-small")
 
 
-def timeline(report, *, round=None, title=None, out=None):  # noqa: A002  (the CLI's --round)
+def timeline(report, *, round=None, title=None, out=None, max_input_bytes=None):  # noqa: A002  (the CLI's --round)
     """Serving step times over each round with the layer commits marked (see the module's docstring).
 
     Args:
@@ -94,13 +133,14 @@ def timeline(report, *, round=None, title=None, out=None):  # noqa: A002  (the C
             that has a serving timeline.
         title: the figure's title (default: ranks, policy and commit mode from the report).
         out: write the picture there (.png, .svg, .pdf).
+        max_input_bytes: the largest file read (default 1 GiB); only regular files are read.
 
     Returns:
         the matplotlib Figure.
     """
     from eplb.plot import _evaluate_results, _figure, save
 
-    data = _evaluate_results(report)
+    data = _evaluate_results(report, max_input_bytes)
     source = "report" if isinstance(report, dict) else str(report)
     rounds = _rounds_with_timeline(data, source, round)
     idle = data.get("serving_idle") or {}

@@ -48,7 +48,8 @@ TEST_F(SimulateCli, CostAwareWeighsTheSimulatedServing) {
   CliRun tiny = run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --policy cost-aware --interval-s 0.001 "
                          "--json " + file("tiny.json") + " --quiet");
   ASSERT_EQ(tiny.exit_code, 0) << tiny.output;
-  for (const auto& r : nlohmann::json::parse(slurp(file("tiny.json")))["rebalances"]) EXPECT_EQ(int(r["slots_moved"]), 0);
+  const auto report = nlohmann::json::parse(slurp(file("tiny.json")));  // outlives the loop below
+  for (const auto& r : report["rebalances"]) EXPECT_EQ(int(r["slots_moved"]), 0);
   // Rates as tc writes them; a host link of 0 is no limit.
   CliRun shaped = run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --nic-rate 200mbit --host-rate 0 "
                            "--intra-rate 2GB --quiet");

@@ -14,7 +14,8 @@
 #   and the next launch's sweep, and the rows of issue 15: 21a-21e errors,
 #   stalls, corruption, a killed and a stopped rank under --async, and of
 #   issue 29: 29a a SIGTERM'd run's report, 29b-29d report paths, 29e an
-#   unknown command (default: all).
+#   unknown command, 29f-29h the Python Migrator (a stale old placement, a
+#   stalled serving loop, an exit in an async round) (default: all).
 # Every case runs with its own TMPDIR; the `left` column lists what the run
 # left there and the new entries of /dev/shm (a row fails unless "nothing").
 # Exit status: 0 when every row meets the requirement of issue 6 (no hang,
@@ -319,6 +320,13 @@ run_case 29c "--metrics X --json X" refuse 20 "" "${base[@]}" $(shape 4 2) --met
 run_case 29d "--metrics ''" refuse 20 "" "${base[@]}" $(shape 4 2) --metrics ""
 EXPECT_STDERR="unknown command 'frobnicate'" run_case 29e "unknown command (eplb frobnicate --help)" refuse 20 "" \
   "$eplb" frobnicate --help
+
+# Issue 29, items 1, 2 and 9: the Python Migrator (2 ranks on gloo, the cases
+# of python/tests; bench/python_fault_case.py prints them in this table's terms).
+py="$root/.venv/bin/python"
+run_case 29f "Python: a rank with a stale old placement" refuse 120 "" "$py" "$root/bench/python_fault_case.py" stale
+run_case 29g "Python: serving loop stalled after a commit" abort 120 "" "$py" "$root/bench/python_fault_case.py" stall
+run_case 29h "Python: sys.exit in an async round, no close" abort 120 "" "$py" "$root/bench/python_fault_case.py" exit
 
 echo
 printf '%-4s|%-42s|%-24s|%-8s|%-7s|%-5s|%-15s|%-10s|%-6s|%s\n' id scenario outcome detect total hang consistent left req "error (first stderr line after the ranks' state lines)"

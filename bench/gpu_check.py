@@ -66,6 +66,10 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def size_text(nbytes: int) -> str:
+    return f"{nbytes / (1 << 20):.1f} MiB" if nbytes >= 1 << 20 else f"{nbytes / 1024:.1f} KiB"
+
+
 def spread(times, nbytes) -> dict:
     rates = sorted(nbytes / t / 1e9 for t in times)
     return {"gb_s": round(nbytes / statistics.median(times) / 1e9, 3), "min": round(rates[0], 3),
@@ -97,7 +101,8 @@ def digest_parity(digest, device, with_extension: bool) -> None:
         compared += 1
     add("digest parity", "FAIL" if failures else "PASS",
         f"{compared} vectors (3 known answers, 6 random lengths up to 4 MiB + 3 B): reference, CPU torch, "
-        f"{device.type} torch{', CPU C++' if with_extension else ' (no extension: C++ loop not compared)'}",
+        f"{'no device: CPU only' if device.type == 'cpu' else device.type + ' torch'}"
+        f"{', CPU C++' if with_extension else ' (no extension: C++ loop not compared)'}",
         failures=failures[:5])
 
 
@@ -222,6 +227,9 @@ def rank_setup(rank: int, options: dict):
     device = torch.device(options["device"].replace("RANK", str(rank)))
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    import torch.distributed as dist
+
+    BARRIER_GROUP[0] = dist.new_group(backend="gloo")
     shapes = [(tuple(shape), getattr(torch, dtype, torch.uint8)) for shape, dtype in options["shapes"]]
     layers, slots, world = options["layers"], options["slots"], 2
     weights = [[torch.empty((slots, *shape), dtype=dtype, device=device) for shape, dtype in shapes]
@@ -279,8 +287,6 @@ def fault_rounds(rank, weights, tables, transport, backend) -> dict:
 
 def round_speed(rank, weights, tables, transport, backend, runs: int, peer) -> dict:
     """Paired, alternating: an eplb round moving every slot to the other rank, then `peer` moving the same bytes."""
-    import torch.distributed as dist
-
     _, swap, identity = placements(len(weights), weights[0][0].shape[0], 2, 11)
     fill(weights, tables, identity, rank)
     moving, device = migrator(weights, transport, backend, timeout=60), weights[0][0].device
@@ -288,14 +294,14 @@ def round_speed(rank, weights, tables, transport, backend, runs: int, peer) -> d
     moving.migrate(old, new)  # warm-up (connections, pinned buffers)
     old, new = new, old
     for _ in range(runs):
-        dist.barrier()
+        barrier()
         started = time.perf_counter()
         report = moving.migrate(old, new)
         sync(device)
         rounds.append(time.perf_counter() - started)
         nbytes = report["totals"]["bytes_read_here"]
         old, new = new, old
-        dist.barrier()
+        barrier()
         peers.append(peer(rank, weights, nbytes))
     return {"round": spread(rounds, nbytes), "peer": spread(peers, nbytes), "bytes": nbytes,
             "wrong": wrong_rows(weights, tables, old, rank)}
@@ -308,8 +314,6 @@ def pinned_copies(device, nbytes: int):
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
 
     def peer(rank, weights, moved):
-        import torch.distributed as dist
-
         took = 0.0
         if rank == 0:
             sync(device)
@@ -318,7 +322,7 @@ def pinned_copies(device, nbytes: int):
             target[:moved].copy_(host[:moved], non_blocking=True)
             sync(device)
             took = time.perf_counter() - started
-        dist.barrier()
+        barrier()
         return took or 1e-9
     return peer
 
@@ -329,7 +333,7 @@ def bare_exchange(rank, weights, moved):
 
     other, device = 1 - rank, weights[0][0].device
     received = [[torch.empty_like(rows_of(t)) for t in layer] for layer in weights]
-    dist.barrier()
+    barrier()
     sync(device)
     started = time.perf_counter()
     for layer, into in zip(weights, received):
@@ -343,13 +347,20 @@ def bare_exchange(rank, weights, moved):
     return time.perf_counter() - started
 
 
-BARE_GROUP: list = [None]
+BARE_GROUP: list = [None]  # the torch task's group for the bare exchange
+BARRIER_GROUP: list = [None]  # gloo: the check's own barriers, never on the Migrator's (default) group
+
+
+def barrier() -> None:
+    """A barrier on the check's own group: an async round's engine thread may still be voting on the
+    default group on a rank whose round is not done yet (async_migration.py: no serving collectives there)."""
+    import torch.distributed as dist
+
+    dist.barrier(group=BARRIER_GROUP[0])
 
 
 def matmul_slowdown(rank, weights, tables, options) -> dict:
     """Rank 0's bf16 matmul step time alone, then while an async staged round runs (commit_ready each step)."""
-    import torch.distributed as dist
-
     device, n = weights[0][0].device, options["matmul"]
     a, b = (torch.randn(n, n, device=device).to(torch.bfloat16) for _ in range(2))
 
@@ -366,10 +377,10 @@ def matmul_slowdown(rank, weights, tables, options) -> dict:
     fill(weights, tables, identity, rank)
     moving, alone, during, old, new = migrator(weights, "staged", "gloo", timeout=60), [], [], identity, swap
     for _ in range(options["matmul_rounds"]):
-        dist.barrier()
+        barrier()
         if rank == 0:
             alone += [step() for _ in range(options["matmul_steps"])]
-        dist.barrier()
+        barrier()
         handle, deadline = moving.start(old, new), time.monotonic() + 60
         while not handle.done and time.monotonic() < deadline:
             handle.commit_ready()
@@ -438,7 +449,7 @@ def staged_rows(results, condition: str) -> None:
         "layer wholly old or wholly new", outcomes=aborted)
     speed = results[0]["ok"]["speed"]
     mine, peer = speed["round"], speed["peer"]
-    add("staged GB/s", mine["gb_s"], f"rank 0 receives {speed['bytes'] >> 20} MiB per round (every slot moves), "
+    add("staged GB/s", mine["gb_s"], f"rank 0 receives {size_text(speed['bytes'])} per round (every slot moves), "
         f"round incl. digests, vote, commit; peer: D2H into pinned + H2D of the same bytes on one rank "
         f"({peer['gb_s']} GB/s); median of {mine['runs']} paired runs; {condition}",
         ratio=round(mine["gb_s"] / peer["gb_s"], 3), spread=mine, peer=peer,
@@ -459,7 +470,7 @@ def torch_rows(results, condition: str) -> None:
     exact_row(f"torch plane ({backend}) byte-exact", results, "torch", f"3 rounds; {condition}")
     speed = results[0]["ok"]["speed"]
     mine, peer = speed["round"], speed["peer"]
-    add(f"torch plane ({backend}) GB/s", mine["gb_s"], f"rank 0 receives {speed['bytes'] >> 20} MiB per round; "
+    add(f"torch plane ({backend}) GB/s", mine["gb_s"], f"rank 0 receives {size_text(speed['bytes'])} per round; "
         f"peer: bare batch_isend_irecv of the same rows, one op per row and tensor, one batch per layer "
         f"({peer['gb_s']} GB/s); median of {mine['runs']} paired runs; {condition}",
         ratio=round(mine["gb_s"] / peer["gb_s"], 3), spread=mine, peer=peer)
@@ -480,6 +491,12 @@ SIZES = {  # per device kind: what each row moves and how often
 def machine(device) -> dict:
     info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "device": str(device), "gpus": torch.cuda.device_count()}
+    try:
+        import eplb
+
+        info["eplb"] = f"{eplb.__version__} from {Path(eplb.__file__).parent}"
+    except Exception as failure:  # noqa: BLE001  (the rows say what that skipped)
+        info["eplb"] = f"not importable: {failure}"
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info

@@ -66,8 +66,10 @@ glibc_ok() {  # 0 when this glibc is at least what the unpacked libraries ask fo
   [[ -z $need ]] || [[ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" == "$need" ]]
 }
 
-cmake_args() {
-  echo "-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH"
+cmake_args() {  # pybind11 from pip is found through its own --cmakedir
+  local pybind
+  pybind="$("$python" -m pybind11 --cmakedir 2>/dev/null || true)"
+  echo "-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH${pybind:+ -Dpybind11_DIR=$pybind}"
 }
 
 configure_only() {  # the simulated run: CMake's configure step, then where each dependency came from
@@ -79,8 +81,7 @@ configure_only() {  # the simulated run: CMake's configure step, then where each
   grep -E '^(fmt_DIR|nlohmann_json_DIR|CLI11_DIR|OPENSSL_INCLUDE_DIR|OPENSSL_CRYPTO_LIBRARY|pybind11_DIR|PKG_CONFIG_EXECUTABLE)[:=]' \
     "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/ = /'
   grep -E '^(UCX_INCLUDEDIR|UCX_LIBDIR|UCX_VERSION)[:=]' "$build/CMakeCache.txt" | sed 's/:[A-Z]*=/ = /'
-  PKG_CONFIG_PATH="$PKG_CONFIG_PATH" pkg-config --cflags --libs ucx
-  grep -o -m1 -- "-I[^ ]*xxhash[^ ]*\|$prefix[^ ]*xxhash[^ ]*" "$build/build.ninja" || true
+  say "xxhash (a plain -lxxhash and <xxhash.h>): through CPATH and LIBRARY_PATH: $(ls "$prefix"/usr/include/xxhash.h)"
 }
 
 build_extension() {  # prints nothing on success; the reason on failure

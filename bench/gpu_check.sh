@@ -28,8 +28,7 @@ python=${PYTHON:-python3}
 work="$(mktemp -d "${TMPDIR:-/tmp}/eplb-gpu-check.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 prefix="$work/prefix"
-arch="$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)"
-arch="${arch/-pc-/-}"
+arch=x86_64-linux-gnu  # Debian's multiarch directory of the amd64 packages, whatever this system calls it
 mkdir -p "$out" "$prefix"
 
 left() { echo $((limit - ($(date +%s) - started))); }
@@ -69,7 +68,8 @@ glibc_ok() {  # 0 when this glibc is at least what the unpacked libraries ask fo
 cmake_args() {  # pybind11 from pip is found through its own --cmakedir
   local pybind
   pybind="$("$python" -m pybind11 --cmakedir 2>/dev/null || true)"
-  echo "-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH${pybind:+ -Dpybind11_DIR=$pybind}"
+  local lib="$prefix/usr/lib/$arch"  # named outright too: a non-Debian CMake does not search lib/<multiarch>
+  echo "-DCMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH -DCMAKE_LIBRARY_PATH=$lib -Dfmt_DIR=$lib/cmake/fmt${pybind:+ -Dpybind11_DIR=$pybind}"
 }
 
 configure_only() {  # the simulated run: CMake's configure step, then where each dependency came from

@@ -38,10 +38,20 @@ unpack_deps() {
   local debs=("$root"/gpu-deps/*.deb)
   [[ -e ${debs[0]} ]] || { say "no gpu-deps/*.deb (run bench/gpu_deps.sh on Debian 12 and carry gpu-deps/)"; return 1; }
   for deb in "${debs[@]}"; do
-    if command -v dpkg >/dev/null; then
+    if command -v dpkg >/dev/null && [[ -z ${GPU_CHECK_NO_DPKG:-} ]]; then
       dpkg -x "$deb" "$prefix"
-    else  # a .deb is an ar archive holding data.tar.{xz,zst,gz}
-      (cd "$work" && rm -f data.tar.* && ar x "$deb" && tar -xf data.tar.* -C "$prefix" && rm -f data.tar.* control.tar.* debian-binary)
+    else  # a .deb is an ar archive holding data.tar.xz: Python reads both (no ar, no xz needed)
+      "$python" - "$deb" "$prefix" <<'PY'
+import io, sys, tarfile
+blob = open(sys.argv[1], "rb").read()
+at = 8  # "!<arch>\n", then 60-byte member headers
+while at < len(blob):
+    name, size = blob[at:at + 16].decode().strip().rstrip("/"), int(blob[at + 48:at + 58])
+    if name.startswith("data.tar"):
+        extra = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}  # keep the relative symlinks
+        tarfile.open(fileobj=io.BytesIO(blob[at + 60:at + 60 + size])).extractall(sys.argv[2], **extra)
+    at += 60 + size + size % 2
+PY
     fi
   done
   local usr="$prefix/usr" lib="$prefix/usr/lib/$arch"

@@ -6,8 +6,8 @@
 # - Run in the repository root as `bash bench/gpu_check.sh`, with gpu-deps/ carried along (the .deb
 #   files bench/gpu_deps.sh downloads on Debian 12). Bounded: every step runs under `timeout`, the
 #   whole under GPU_CHECK_LIMIT_S seconds (default 450, inside an 8-minute slot).
-# - Unpacks gpu-deps/*.deb (dpkg -x, else Python reads the ar + data.tar.xz) into a temporary prefix, points CMake
-#   (CMAKE_PREFIX_PATH), pkg-config (PKG_CONFIG_PATH, .pc prefixes rewritten), the compiler (CPATH,
+# - Unpacks gpu-deps/*.deb (dpkg -x, else Python reads the ar archive) into a temporary prefix,
+#   points CMake (CMAKE_PREFIX_PATH), pkg-config (PKG_CONFIG_PATH, .pc prefixes rewritten), the compiler (CPATH,
 #   LIBRARY_PATH) and the loader (LD_LIBRARY_PATH) at it, and builds the extension with
 #   `pip install --no-build-isolation --no-index --no-deps --target` (the interpreter that has torch
 #   sees it through PYTHONPATH; no venv, so no ensurepip and no guessing which site has torch).

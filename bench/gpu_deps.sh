@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Downloads, HERE (Debian 12, with apt's network), the Debian packages that building the Python
 # extension eplb._eplb needs and that the GPU machine lacks, into gpu-deps/ (git-ignored), for
-# bench/gpu_check.sh to unpack there with dpkg -x (or ar + tar). Carry gpu-deps/ with the tree.
+# bench/gpu_check.sh to unpack there with dpkg -x (or Python). Carry gpu-deps/ with the tree.
 #
 # Contract: what the build asks for (CMakeLists.txt, src/*/CMakeLists.txt, python/CMakeLists.txt):
 #   find_package(nlohmann_json 3), find_package(CLI11), find_package(fmt)  (top level, always)

@@ -95,6 +95,8 @@ def digest_rows_with_torch(rows) -> list[int]:
     import torch
 
     count, length = rows.shape
+    if length == 0:  # no words (and a [count, 0] tensor has no int32 view): acc = 0, salt = 0
+        return [fmix64(0)] * count
     padded = rows
     if length % 4:
         padded = torch.nn.functional.pad(rows, (0, 4 - length % 4))

@@ -6,8 +6,10 @@ Contract (eplb/planes/__init__.py has the plane protocol):
   rank derives it from the same plan, so the order of the s->d pairs is the same on both sides),
   into isend/irecv of uint8 row views (every dtype moves as bytes, FP8 on gloo included), one
   operation per row and tensor, and starts them as one batch_isend_irecv. On CUDA they run on a
-  side stream, as do digests and staging copies; commit() orders the engine's current stream after
-  that side stream and copies there (no host synchronization but the digests' [rows] results).
+  side stream, as do digests and staging copies; every use of the side stream first waits for the
+  caller's current stream, and commit() orders the engine's current stream after the side stream,
+  copies there, and makes the side stream wait for that copy (the staging rows are shared by every
+  layer): CUDA events both ways, no host synchronization but the digests' [rows] results.
 - wait(timeout) polls Work.is_completed() against the deadline: NCCL and gloo point-to-point waits
   cannot be cancelled. A failed operation raises eplb.Error naming the layer, the peer (the `peer`
   attribute), the bytes and the elapsed time, code "remote disconnect" when the peer's connection
@@ -67,9 +69,14 @@ class TorchPlane:
     # ---------------------------------------------------------------- rows
 
     def _on_side(self):
+        """The side stream as the current stream, ordered after the caller's current stream (the engine's writes
+        to its tensors, a previous layer's commit reading the staging rows); no host synchronization."""
         import contextlib
 
-        return self._torch.cuda.stream(self._side) if self._side is not None else contextlib.nullcontext()
+        if self._side is None:
+            return contextlib.nullcontext()
+        self._side.wait_stream(self._torch.cuda.current_stream(self._rows.device))
+        return self._torch.cuda.stream(self._side)
 
     def digest(self, rows) -> list[int]:
         with self._on_side():
@@ -80,9 +87,14 @@ class TorchPlane:
             self._rows.copy(copies)
 
     def commit(self, copies) -> None:
-        if self._side is not None:
-            self._torch.cuda.current_stream(self._rows.device).wait_stream(self._side)
+        """On the engine's current stream, after the side stream's transfers and digests (a CUDA event each way:
+        the side stream's later work, e.g. the next layer landing in the shared staging rows, waits for this copy)."""
+        if self._side is None:
+            return self._rows.copy(copies)
+        current = self._torch.cuda.current_stream(self._rows.device)
+        current.wait_stream(self._side)
         self._rows.copy(copies)
+        self._side.wait_stream(current)
 
     # ---------------------------------------------------------------- transfers
 

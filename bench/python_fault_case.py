@@ -18,7 +18,6 @@ committed say, or VERIFICATION FAILED with the wrong slots; exit 1 either way.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -65,27 +64,18 @@ def stall(directory: Path) -> tuple[list[str], list[str]]:
 
 
 def leave(directory: Path) -> tuple[list[str], list[str]]:
-    from spawned import free_port
+    from spawned import run_exit_case
 
-    port, processes = free_port(), []
-    for rank in range(2):
-        processes.append(subprocess.Popen(
-            [sys.executable, str(TESTS / "exit_case.py"), str(rank), "2", str(port), "exit", str(directory / f"{rank}.json")],
-            cwd=TESTS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = []
-    for process in processes:
-        try:
-            outputs.append(process.communicate(timeout=90))
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            return [f"eplb: a rank did not finish within 90 s"], []
+    ran = run_exit_case(directory, "exit", timeout=90)
+    if ran is None:
+        return ["eplb: a rank did not finish within 90 s"], []
+    returncodes, outputs = ran
     errors = []
     for marker in ("terminate called", "Fatal Python error", "Segmentation fault", "future_error", "Aborted"):
         if marker in outputs[1][1]:
             errors.append(f"eplb: rank 1: crashed at exit ({marker}); VERIFICATION FAILED")
-    if processes[1].returncode != 3:
-        errors.append(f"eplb: rank 1: exited with {processes[1].returncode}, not sys.exit's 3; VERIFICATION FAILED")
+    if returncodes[1] != 3:
+        errors.append(f"eplb: rank 1: exited with {returncodes[1]}, not sys.exit's 3; VERIFICATION FAILED")
     states = [json.loads((directory / f"{rank}.json").read_text()) for rank in range(2)]
     if states[0]["error"]:
         errors.insert(0, f"eplb: rank 0: {states[0]['error']['type']}: {states[0]['error']['message']}")

@@ -21,6 +21,29 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def run_exit_case(directory: Path, mode: str, timeout: float = 120.0):
+    """Runs exit_case.py's two ranks (MODE "exit" or "interrupt", state files DIRECTORY/<rank>.json);
+    returns (return codes, (stdout, stderr) by rank), or None when a rank overran `timeout` (all killed)."""
+    import subprocess
+    import sys
+
+    here, port, processes = Path(__file__).resolve().parent, free_port(), []
+    for rank in range(2):
+        processes.append(subprocess.Popen(
+            [sys.executable, str(here / "exit_case.py"), str(rank), "2", str(port), mode, str(directory / f"{rank}.json")],
+            cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    for process in processes:
+        try:
+            outputs.append(process.communicate(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+                other.wait()
+            return None
+    return [process.returncode for process in processes], outputs
+
+
 def wait_for_survivors(rank: int, survivors, timeout: float = 30.0) -> None:
     """Stays alive until every rank in `survivors` got here (a file per rank in the run's directory), as
     engine processes stay up after a failed migration: a survivor that left at once would take the

@@ -6,15 +6,10 @@ error and both ranks end with the same layers new.
 import json
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from spawned import free_port
-
-HERE = Path(__file__).resolve().parent
+from spawned import run_exit_case
 
 
 def shm_entries() -> set:
@@ -26,25 +21,15 @@ def shm_entries() -> set:
 @pytest.mark.parametrize("mode, exit_code", [("exit", 3), ("interrupt", -signal.SIGINT)])
 def test_leaving_an_async_round_without_close_exits_cleanly_and_consistently(tmp_path, mode, exit_code):
     before = shm_entries()
-    port = free_port()
-    processes = []
-    for rank in range(2):
-        processes.append(subprocess.Popen(
-            [sys.executable, str(HERE / "exit_case.py"), str(rank), "2", str(port), mode, str(tmp_path / f"{rank}.json")],
-            cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = []
-    for process in processes:
-        try:
-            outputs.append(process.communicate(timeout=120))
-        except subprocess.TimeoutExpired:
-            for other in processes:
-                other.kill()
-            pytest.fail(f"a rank did not finish within 120 s ({mode})")
+    ran = run_exit_case(tmp_path, mode)
+    if ran is None:
+        pytest.fail(f"a rank did not finish within 120 s ({mode})")
+    returncodes, outputs = ran
     stderr = outputs[1][1]
-    assert processes[1].returncode == exit_code, f"rank 1 exited with {processes[1].returncode}: {stderr[-3000:]}"
+    assert returncodes[1] == exit_code, f"rank 1 exited with {returncodes[1]}: {stderr[-3000:]}"
     for marker in ("terminate called", "Fatal Python error", "Segmentation fault", "future_error", "Aborted"):
         assert marker not in stderr, stderr[-3000:]
-    assert processes[0].returncode == 0, outputs[0][1][-3000:]
+    assert returncodes[0] == 0, outputs[0][1][-3000:]
     states = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
     assert states[1]["done"], "the round was not closed at exit"
     assert states[0]["error"] is not None and "rank 1" in states[0]["error"]["message"], states[0]

@@ -130,6 +130,12 @@ class EplbCommunicator:
         """The data plane rows move through ("ucx", "torch", "staged", "nixl")."""
         return self._native.plane
 
+    @property
+    def last_report(self):
+        """The C++ protocol's report of the last execute() (an `eplb._eplb.RoundReport`: ok, code, message,
+        retries, and per layer its attempts' retries, vote and commit times, plane), or None before one."""
+        return getattr(self, "_last_report", None)
+
     def set_stream(self, stream) -> None:
         """The stream vLLM runs the layer's copies on (kept; eplb's planes order their own work)."""
         self._stream = stream
@@ -184,6 +190,7 @@ class EplbCommunicator:
             result = self._native.exchange(self._layer, receives, sends, "; ".join(self._problems))
         finally:
             self._sends, self._recvs, self._problems = [], [], []
+        self._last_report = result
         if not result.ok:
             raise migration_error(result, result.message, self._rank)
 

@@ -86,6 +86,17 @@ def test_a_corrupted_row_raises_a_named_error_inside_vllms_call(request, world):
         assert outcome["untouched"], "vLLM's move_from_buffer must not have run"
 
 
+def test_a_corruption_the_protocol_retries_shows_its_retries_and_votes_in_the_report(two):
+    """The communicator runs the C++ protocol: an injected corruption is caught by its digests and retried
+    after its vote, visible in last_report; vLLM's call ends byte-exact on both ranks."""
+    outcomes = [ok(outcome["corrupt retried"]) for outcome in two]
+    for outcome in outcomes:
+        assert outcome["wrong"] == [], outcome
+        assert outcome["vote_seconds"] > 0, outcome
+    assert sum(outcome["retries"] for outcome in outcomes) > 0, outcomes
+    assert len({outcome["retries"] for outcome in outcomes}) == 1, "the ranks retried different layers"
+
+
 def test_a_killed_rank_is_named_inside_vllms_call_within_the_timeout(tmp_path):
     results = spawn_with_vllm(tmp_path, 2, cases.killed_rank, (2, 4, 8, 16), 1, timeout=180)
     assert results[1] != 0 and not isinstance(results[1], dict)  # the victim died

@@ -190,6 +190,37 @@ def corrupted_row(rank: int, world: int, shape) -> dict:
     return outcome
 
 
+def corrupted_then_retried(rank: int, world: int, shape) -> dict:
+    """Rows land corrupted now and then (eplb's fault injection through the data plane, 30% of the READs):
+    the C++ protocol's digests catch them, its vote retries the layer, and vLLM's call ends byte-exact.
+    The communicator's last_report is the protocol's own (retries, vote time, commit)."""
+    import torch.distributed as dist
+    from vllm.distributed.eplb.rebalance_execute import move_from_buffer, transfer_layer
+
+    _, layers, local, logical = shape
+    generator = torch.Generator().manual_seed(7)
+    old, new = (random_indices(generator, layers, world * local, logical) for _ in range(2))
+    weights = make_weights(old, local, rank)
+    buffer = new_buffer(weights)
+    os.environ["EPLB_COMMUNICATOR_INJECT"] = "corrupt=0.3,seed=5"
+    try:
+        comm = communicator(dist.group.WORLD, weights, buffer, retries=8)
+    finally:
+        del os.environ["EPLB_COMMUNICATOR_INJECT"]
+    retries, votes, seen = 0, 0.0, None
+    for layer in range(layers):  # vLLM's async path, one layer per call: every execute()'s report is seen
+        metadata = transfer_layer(old[layer], new[layer], weights[layer], buffer, dist.group.WORLD, comm,
+                                  layer_idx=layer)
+        move_from_buffer(weights[layer], buffer, metadata, new[layer].numpy(), rank)
+        report = comm.last_report
+        if report is not None and report is not seen:  # a layer with nothing to move runs no protocol
+            seen = report
+            retries += report.retries
+            votes += sum(entry.seconds_vote for entry in report.layers)
+    return {"retries": retries, "vote_seconds": votes, "wrong": wrong_rows(weights, new, local, rank),
+            "plane": comm.plane}
+
+
 def bad_add_send(rank: int, world: int) -> dict:
     """Issue 29 item 4: rank 0 queues an add_send of an expert it does not hold (per old_indices). Every
     rank must raise eplb.Error naming rank 0 and the expert, and the next execute() must work. (First an
@@ -391,6 +422,7 @@ def two_ranks(rank: int, world: int) -> dict:
     return {"state": step(vllm_state, rank, world),
             "paths": {str(shape): step(rearrange_paths, rank, world, shape) for shape in shapes},
             "corrupt": step(corrupted_row, rank, world, shapes[-1]),
+            "corrupt retried": step(corrupted_then_retried, rank, world, shapes[-1]),
             "bad add_send": step(bad_add_send, rank, world)}
 
 

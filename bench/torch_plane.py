@@ -28,6 +28,8 @@ from pathlib import Path
 
 LAYERS, SLOTS, WORLD = 8, 8, 2
 TENSORS = [((768, 1024), "float32"), ((512, 1024), "bfloat16")]  # 3 MiB + 1 MiB per expert
+PHASES = ("checksum", "transfer", "verify", "vote", "commit")  # LayerReport's seconds_<phase>
+OWN = ("checksum", "verify", "vote", "commit")  # what eplb adds to the transfer
 
 
 def placements():
@@ -58,11 +60,13 @@ def bare_round(dist, group, weights, staging, rank) -> float:
     return time.perf_counter() - start
 
 
-def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str) -> None:
+def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str, threads: int) -> None:
     import torch
     import torch.distributed as dist
 
     import eplb
+
+    torch.set_num_threads(threads)
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     data = dist.new_group(backend="gloo")
@@ -77,8 +81,7 @@ def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str) -> None:
         bare = bare_round(dist, data, weights, staging, rank)
         report = migrator.migrate(old, new) if index % 2 == 0 else migrator.migrate(new, old)
         layers = report["layers"]
-        phases = {name: sum(item[f"seconds_{name}"] for item in layers) for name in ("checksum", "verify", "vote",
-                                                                                     "commit")}
+        phases = {name: sum(item[f"seconds_{name}"] for item in layers) for name in PHASES}
         rows.append({"bare": bare, "eplb": report["totals"]["seconds"], "bytes": report["totals"]["bytes_moved"],
                      **phases, "warmup": index < warmup})
     Path(out, f"rank{rank}.json").write_text(json.dumps(rows))
@@ -86,13 +89,13 @@ def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str) -> None:
     os._exit(0)
 
 
-def summarize(per_rank, warmup) -> None:
+def summarize(per_rank, warmup, threads) -> None:
     rounds = []
     for index in range(len(per_rank[0])):
         both = [ranks[index] for ranks in per_rank]
         slowest = max(both, key=lambda row: row["eplb"])
         rounds.append({"bare": max(row["bare"] for row in both), "eplb": slowest["eplb"], "bytes": slowest["bytes"],
-                       "own": sum(slowest[name] for name in ("checksum", "verify", "vote", "commit")),
+                       "own": sum(slowest[name] for name in OWN), **{name: slowest[name] for name in PHASES},
                        "warmup": both[0]["warmup"]})
     kept = [row for row in rounds if not row["warmup"]]
 
@@ -105,12 +108,14 @@ def summarize(per_rank, warmup) -> None:
     ratios = [row["bare"] / row["eplb"] for row in kept]
     shares = [row["own"] / row["eplb"] for row in kept]
     print(f"torch plane on gloo, {WORLD} ranks, {LAYERS} layers, {moved / 2**20:.0f} MiB moved per round, "
-          f"{len(kept)} paired rounds (+{warmup} warm-up each, left out)")
+          f"{len(kept)} paired rounds (+{warmup} warm-up each, left out), {threads} torch thread(s) per rank")
     print(f"{'path':<34}{'round time median (min-max)':<32}{'GB/s':>7}")
     print(f"{'bare batch_isend_irecv':<34}{spread(bare):<32}{moved / statistics.median(bare) / 1e9:>7.2f}")
     print(f"{'eplb Migrator, transport=torch':<34}{spread(ours):<32}{moved / statistics.median(ours) / 1e9:>7.2f}")
     print(f"ratio bare/eplb time (eplb's GB/s over bare's): median {statistics.median(ratios):.3f} "
           f"({min(ratios):.3f}-{max(ratios):.3f}); goal >= 0.9")
+    print("eplb's phases (slower rank, summed over layers), median: " +
+          ", ".join(f"{name} {statistics.median(row[name] for row in kept) * 1e3:.1f} ms" for name in PHASES))
     print(f"eplb's digest + vote + commit share of its round: median {statistics.median(shares) * 100:.1f}% "
           f"({min(shares) * 100:.1f}-{max(shares) * 100:.1f}%); goal <= 10%")
 
@@ -119,19 +124,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="measured rounds of each path (default 7)")
     parser.add_argument("--warmup", type=int, default=1, help="rounds of each path left out first (default 1)")
+    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // WORLD),
+                        help="torch threads per rank (default: the cores shared out among the ranks; more "
+                             "oversubscribes them: torch's parallel copies then wait on each other)")
     args = parser.parse_args()
-    if args.rounds < 1 or args.warmup < 0:
-        parser.error("--rounds must be >= 1 and --warmup >= 0")
+    if args.rounds < 1 or args.warmup < 0 or args.threads < 1:
+        parser.error("--rounds and --threads must be >= 1, --warmup >= 0")
     import torch.multiprocessing as mp
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="eplb-torch-plane-") as out:
-        mp.start_processes(rank_main, args=(port, args.rounds, args.warmup, out), nprocs=WORLD,
+        mp.start_processes(rank_main, args=(port, args.rounds, args.warmup, out, args.threads), nprocs=WORLD,
                            start_method="spawn", join=True)
         per_rank = [json.loads(Path(out, f"rank{rank}.json").read_text()) for rank in range(WORLD)]
-    summarize(per_rank, args.warmup)
+    summarize(per_rank, args.warmup, args.threads)
 
 
 if __name__ == "__main__":

@@ -162,6 +162,11 @@ TEST(Dev64Digest, KnownAnswers) {
   std::vector<uint8_t> all(256);
   for (int i = 0; i < 256; ++i) all[size_t(i)] = uint8_t(i);
   EXPECT_EQ(bytes::dev64_digest(all), 0x3a837acdefd578d5ull);
+  // Lengths past the 8-word lanes with words and bytes left over: bytes (7i + 3) mod 256.
+  std::vector<uint8_t> odd(1001);
+  for (size_t i = 0; i < odd.size(); ++i) odd[i] = uint8_t(i * 7 + 3);
+  EXPECT_EQ(bytes::dev64_digest(odd), 0x6925f45a9ae561cbull);
+  EXPECT_EQ(bytes::dev64_digest(std::span<const uint8_t>(odd.data(), 44)), 0x570aaafa68191d29ull);
 }
 
 TEST(Dev64Digest, EveryWordAndItsPositionCount) {

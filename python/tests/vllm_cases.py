@@ -77,6 +77,23 @@ def same(weights, before) -> bool:
                for tensors, olds in zip(weights, before) for a, b in zip(tensors, olds))
 
 
+def injected_setup(shape, world: int, rank: int, seed: int, inject: str, **options):
+    """(old, new, weights, buffer, communicator) of a random change of `shape`, the communicator's data plane
+    injecting the faults `inject` (eplb's spec, read by its constructor)."""
+    import torch.distributed as dist
+
+    _, layers, local, logical = shape
+    generator = torch.Generator().manual_seed(seed)
+    old, new = (random_indices(generator, layers, world * local, logical) for _ in range(2))
+    weights = make_weights(old, local, rank)
+    buffer = new_buffer(weights)
+    os.environ["EPLB_COMMUNICATOR_INJECT"] = inject
+    try:
+        return old, new, weights, buffer, communicator(dist.group.WORLD, weights, buffer, **options)
+    finally:
+        del os.environ["EPLB_COMMUNICATOR_INJECT"]
+
+
 def communicator(cpu_group, weights, buffer, **options):
     import eplb.vllm
 
@@ -168,16 +185,8 @@ def corrupted_row(rank: int, world: int, shape) -> dict:
 
     import eplb
 
-    _, layers, local, logical = shape
-    generator = torch.Generator().manual_seed(99)
-    old, new = (random_indices(generator, layers, world * local, logical) for _ in range(2))
-    weights = make_weights(old, local, rank)
-    buffer = new_buffer(weights)
-    os.environ["EPLB_COMMUNICATOR_INJECT"] = "corrupt=1.0,seed=1"
-    try:
-        comm = communicator(dist.group.WORLD, weights, buffer, timeout=5.0, retries=1)
-    finally:
-        del os.environ["EPLB_COMMUNICATOR_INJECT"]
+    old, new, weights, buffer, comm = injected_setup(shape, world, rank, 99, "corrupt=1.0,seed=1", timeout=5.0,
+                                                     retries=1)
     before = snapshot(weights)
     started = time.monotonic()
     try:
@@ -197,16 +206,8 @@ def corrupted_then_retried(rank: int, world: int, shape) -> dict:
     import torch.distributed as dist
     from vllm.distributed.eplb.rebalance_execute import move_from_buffer, transfer_layer
 
-    _, layers, local, logical = shape
-    generator = torch.Generator().manual_seed(7)
-    old, new = (random_indices(generator, layers, world * local, logical) for _ in range(2))
-    weights = make_weights(old, local, rank)
-    buffer = new_buffer(weights)
-    os.environ["EPLB_COMMUNICATOR_INJECT"] = "corrupt=0.3,seed=5"
-    try:
-        comm = communicator(dist.group.WORLD, weights, buffer, retries=8)
-    finally:
-        del os.environ["EPLB_COMMUNICATOR_INJECT"]
+    _, layers, local, _ = shape
+    old, new, weights, buffer, comm = injected_setup(shape, world, rank, 7, "corrupt=0.3,seed=5", retries=8)
     retries, votes, seen = 0, 0.0, None
     for layer in range(layers):  # vLLM's async path, one layer per call: every execute()'s report is seen
         metadata = transfer_layer(old[layer], new[layer], weights[layer], buffer, dist.group.WORLD, comm,

@@ -69,6 +69,7 @@ class EplbCommunicator:
                                     os.environ.get(INJECT_VARIABLE, ""))
         self._sends, self._recvs, self._problems = [], [], []
         self._layer, self._old, self._stream = None, None, None
+        self._last_report = None
 
     def _set_up(self, transport, data_group, timeout, retries, inject):
         problem = setup.local_problem(self._weights) or self._buffer_problem()
@@ -134,7 +135,7 @@ class EplbCommunicator:
     def last_report(self):
         """The C++ protocol's report of the last execute() (an `eplb._eplb.RoundReport`: ok, code, message,
         retries, and per layer its attempts' retries, vote and commit times, plane), or None before one."""
-        return getattr(self, "_last_report", None)
+        return self._last_report
 
     def set_stream(self, stream) -> None:
         """The stream vLLM runs the layer's copies on (kept; eplb's planes order their own work)."""

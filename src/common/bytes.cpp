@@ -1,6 +1,8 @@
 // The wire-format checksum of common/bytes.h.
 #include "bytes.h"
 
+#include <bit>
+
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 #if defined(__x86_64__)
@@ -47,6 +49,9 @@ uint64_t dev64_digest(std::span<const uint8_t> data) {
   uint64_t lane_acc[kLanes] = {}, lane_mult[kLanes];
   for (size_t l = 0; l < kLanes; ++l) lane_mult[l] = (2 * l + 1) * kGolden;
   const size_t bulk = words - words % kLanes;
+  // The lanes read their words with memcpy (3x load<>'s byte loop here),
+  // which is little-endian only on a little-endian host.
+  static_assert(std::endian::native == std::endian::little, "eplb-dev64's lanes read words in host order");
   for (size_t i = 0; i < bulk; i += kLanes) {
     uint32_t w[kLanes];
     std::memcpy(w, data.data() + 4 * i, sizeof(w));

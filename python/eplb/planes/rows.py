@@ -78,13 +78,15 @@ class RowSpace:
         """Bytes of one expert of `layer` (all tensors)."""
         return sum(view.shape[1] for view in self._buffers[PRIMARY][layer])
 
-    def copy(self, copies, stream=None) -> None:
+    def copy(self, copies) -> None:
         """copies: [((layer, slot, buffer), (layer, slot, buffer))]. Between different buffers row to row,
         in place (a gathered temporary per layer costs its page faults on the CPU, more than the copy);
         within one buffer gathered first, so that a permutation reads every row before it is written."""
         import torch
 
-        if not any(source[::2] == target[::2] for source, target in copies):
+        within_a_buffer = any((layer, buffer) == (to_layer, to_buffer)
+                              for (layer, _, buffer), (to_layer, _, to_buffer) in copies)
+        if not within_a_buffer:
             for (layer, slot, buffer), (to_layer, to_slot, to_buffer) in copies:
                 for t in range(self.tensors(layer)):
                     self.view(to_layer, to_buffer, t)[to_slot].copy_(self.view(layer, buffer, t)[slot])

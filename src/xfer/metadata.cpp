@@ -97,7 +97,7 @@ Result<size_t> check_seal(std::span<const uint8_t> data, uint16_t flags, std::st
   if (data.size() < kHeaderLength + kChecksumLength + kSealLength) return reader.fail(0, "too short for its seal");
   const size_t seal_at = data.size() - kSealLength;
   if (!secret.empty()) {
-    const auto expected = metadata_seal(data.first(seal_at), secret);
+    EPLB_ASSIGN_OR_RETURN(const auto expected, metadata_seal(data.first(seal_at), secret));
     if (CRYPTO_memcmp(expected.data(), data.data() + seal_at, kSealLength) != 0)
       return reader.fail(seal_at, "seal does not match this job's secret (EPLB_RUN_SECRET): refused before it is read");
   }
@@ -176,10 +176,13 @@ Status read_regions(FieldReader& body, std::vector<RegionMetadata>& regions) {
 
 uint64_t metadata_checksum(std::span<const uint8_t> data) { return bytes::checksum(data); }
 
-std::array<uint8_t, kSealLength> metadata_seal(std::span<const uint8_t> data, std::string_view secret) {
+Result<std::array<uint8_t, kSealLength>> metadata_seal(std::span<const uint8_t> data, std::string_view secret) {
   std::array<uint8_t, kSealLength> seal{};
   unsigned int length = 0;
-  HMAC(EVP_sha256(), secret.data(), int(secret.size()), data.data(), data.size(), seal.data(), &length);
+  // A failed HMAC is an error, never a zero seal (which a forger could send).
+  if (HMAC(EVP_sha256(), secret.data(), int(secret.size()), data.data(), data.size(), seal.data(), &length) == nullptr ||
+      length != kSealLength)
+    return error(Code::Internal, "agent metadata: HMAC-SHA256 of the seal failed (OpenSSL)");
   return seal;
 }
 
@@ -220,7 +223,7 @@ Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata, std:
   writer.u64(bytes::checksum(writer.view()));
   if (secret.empty()) return writer.take_vector();
   std::vector<uint8_t> sealed = writer.take_vector();
-  const auto seal = metadata_seal(sealed, secret);
+  EPLB_ASSIGN_OR_RETURN(const auto seal, metadata_seal(sealed, secret));
   sealed.insert(sealed.end(), seal.begin(), seal.end());
   return sealed;
 }

@@ -77,6 +77,6 @@ Result<AgentMetadata> decode_metadata(std::span<const uint8_t> bytes, std::strin
 // XXH3-64 over `bytes` (the format's checksum; exposed for tests/fuzzer).
 uint64_t metadata_checksum(std::span<const uint8_t> bytes);
 // HMAC-SHA256 of `bytes` under `secret` (OpenSSL).
-std::array<uint8_t, kSealLength> metadata_seal(std::span<const uint8_t> bytes, std::string_view secret);
+Result<std::array<uint8_t, kSealLength>> metadata_seal(std::span<const uint8_t> bytes, std::string_view secret);
 
 }  // namespace eplb::xfer

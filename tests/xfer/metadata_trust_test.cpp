@@ -104,7 +104,7 @@ TEST(MetadataTrust, OnlyMetadataSealedWithTheJobsSecretIsLoaded) {
   auto forged = reader->load_metadata(*encode_metadata(crafted));
   ASSERT_FALSE(forged);
   EXPECT_THAT(forged.status().message(), HasSubstr("not sealed"));
-  // A sealed message with one byte changed (checksum fixed up) is refused.
+  // A sealed message with one byte changed is refused (the seal is checked before the checksum).
   std::vector<uint8_t> tampered = *sealed;
   tampered[20] ^= 1;
   auto changed = reader->load_metadata(tampered);

@@ -54,18 +54,6 @@ struct Host {
   }
 };
 
-template <typename T>
-void put(std::vector<uint8_t>& out, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(uint8_t(uint64_t(value) >> (8 * i)));
-}
-
-template <typename T>
-T get(const uint8_t* in) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) value |= uint64_t(in[i]) << (8 * i);
-  return T(value);
-}
-
 struct CmaPeer final : BackendPeer {
   std::unique_ptr<BackendPeer> inner;
   uint32_t pid = 0;  // 0: not local (or the kernel refused): the inner backend moves the bytes
@@ -157,14 +145,16 @@ class CmaBackend final : public Backend {
     return names;
   }
   std::vector<uint8_t> connection_info() const override {
-    std::vector<uint8_t> info = inner_->connection_info();
-    info.insert(info.end(), kMagic, kMagic + 4);
-    put<uint32_t>(info, host_.pid);
-    put<uint32_t>(info, host_.uid);
-    put<uint64_t>(info, host_.pid_namespace);
+    bytes::Writer trailer;
+    trailer.raw(std::string_view(kMagic, 4));
+    trailer.u32(host_.pid);
+    trailer.u32(host_.uid);
+    trailer.u64(host_.pid_namespace);
     std::string boot = host_.boot_id;
     boot.resize(kBootIdLength, '\0');
-    info.insert(info.end(), boot.begin(), boot.end());
+    trailer.raw(boot);
+    std::vector<uint8_t> info = inner_->connection_info();
+    info.insert(info.end(), trailer.view().begin(), trailer.view().end());
     return info;
   }
   Result<std::unique_ptr<BackendMemory>> register_memory(const MemoryRegion& region) override {
@@ -178,7 +168,8 @@ class CmaBackend final : public Backend {
     if (info.size() < kTrailerLength || std::memcmp(info.data() + info.size() - kTrailerLength, kMagic, 4) != 0)
       return Status(Code::Mismatch, "cma: the connection info of agent " + peer_name + " has no cma trailer");
     const uint8_t* trailer = info.data() + info.size() - kTrailerLength;
-    Host peer_host{get<uint32_t>(trailer + 4), get<uint32_t>(trailer + 8), get<uint64_t>(trailer + 12),
+    Host peer_host{bytes::load<uint32_t>(trailer + 4), bytes::load<uint32_t>(trailer + 8),
+                   bytes::load<uint64_t>(trailer + 12),
                    std::string(reinterpret_cast<const char*>(trailer + 20), kBootIdLength)};
     auto inner = inner_->connect(peer_name, info.first(info.size() - kTrailerLength));
     if (!inner) return inner.status();

@@ -58,10 +58,11 @@ namespace eplb {
 // (sglang.srt.eplb.eplb_algorithms.deepseek, also behind elasticity_aware):
 // the load is the window summed over steps (exactly for Int, torch's order
 // for floats) in float32; groups packed onto nodes, experts replicated
-// within nodes, replicas packed onto ranks, with the `deepseek` policy's
-// arithmetic (float32 loads, float64 pack sums) but the two sorts' ties in
-// torch's order (std::sort on values only; eplb's `deepseek` policy puts
-// the lower index first). Global when !shape.hierarchical (one group, one
+// within nodes, replicas packed onto ranks: float32 loads, pack sums in
+// float64 (SGLang adds Python floats from weight.tolist(); eplb's `deepseek`
+// policy sums packs in float32, as DeepSeek's reference adds tensor
+// scalars), and the two sorts' ties in torch's order (std::sort on values
+// only; eplb's `deepseek` policy puts the lower index first). Global when !shape.hierarchical (one group, one
 // node). Outputs: phy2log [L][R], log2phy [L][E][width = the largest
 // replica count] (-1 padded; [e][k] is the slot of e's replica k), logcnt.
 Result<VecArrays> deepseek_torch(const double* tokens, const VecShape& shape, VecPrecision precision);

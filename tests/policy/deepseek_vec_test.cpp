@@ -60,16 +60,21 @@ TEST(DeepSeekVec, LogToPhyIsRedundantPlusOneWide) {
 
 TEST(DeepSeekVec, BadShapesAndValuesAreErrors) {
   std::vector<double> tokens = window(2, 2, 16, 3);
-  EXPECT_FALSE(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 12, 3, 1, 1, false}, VecPrecision::Int).is_ok());
-  EXPECT_FALSE(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 5, 1, 1, false}, VecPrecision::Int).is_ok());
-  EXPECT_FALSE(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 3, 3, 2, true}, VecPrecision::Int).is_ok());
-  EXPECT_FALSE(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 4, 3, true}, VecPrecision::Int).is_ok());
-  EXPECT_FALSE(deepseek_vec(nullptr, VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int).is_ok());
+  // Each refusal is InvalidArgument naming what is wrong (not any error).
+  auto refused = [](const Result<VecArrays>& placed, const char* piece) {
+    ASSERT_FALSE(placed.is_ok()) << piece;
+    EXPECT_EQ(placed.status().code(), Code::InvalidArgument) << piece;
+    EXPECT_NE(placed.status().message().find(piece), std::string::npos) << placed.status().message();
+  };
+  refused(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 12, 3, 1, 1, false}, VecPrecision::Int), "< experts");
+  refused(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 5, 1, 1, false}, VecPrecision::Int), "not a multiple");
+  refused(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 3, 3, 2, true}, VecPrecision::Int), "groups % nodes");
+  refused(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 4, 3, true}, VecPrecision::Int), "groups % nodes");
+  refused(deepseek_vec(nullptr, VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int), "no values");
   tokens[5] = -1;
-  Status negative = deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int).status();
-  EXPECT_EQ(negative.code(), Code::InvalidArgument);
+  refused(deepseek_vec(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int), "negative");
   tokens[5] = 0.5;
-  EXPECT_FALSE(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int).is_ok());
+  refused(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int), "not an integer");
   EXPECT_TRUE(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Float64).is_ok());
 }
 

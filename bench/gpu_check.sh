@@ -27,6 +27,9 @@ out="${OUT:-$root/gpu-check-out}"
 python=${PYTHON:-python3}
 work="$(mktemp -d "${TMPDIR:-/tmp}/eplb-gpu-check.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+# Every temporary of Python and pip goes under $work too, so that a driver
+# killed by `timeout` leaves nothing behind either.
+export TMPDIR="$work"
 prefix="$work/prefix"
 arch=x86_64-linux-gnu  # Debian's multiarch directory of the amd64 packages, whatever this system calls it
 mkdir -p "$out" "$prefix"

@@ -79,14 +79,15 @@ class RowSpace:
         return sum(view.shape[1] for view in self._buffers[PRIMARY][layer])
 
     def copy(self, copies) -> None:
-        """copies: [((layer, slot, buffer), (layer, slot, buffer))]. Between different buffers row to row,
-        in place (a gathered temporary per layer costs its page faults on the CPU, more than the copy);
-        within one buffer gathered first, so that a permutation reads every row before it is written."""
+        """copies: [((layer, slot, buffer), (layer, slot, buffer))]. On the CPU between different buffers row
+        to row, in place (a gathered temporary per layer costs its page faults there, more than the copy);
+        otherwise gathered per buffer pair (one index_copy_ per tensor on a device; within one buffer, so
+        that a permutation reads every row before it is written)."""
         import torch
 
         within_a_buffer = any((layer, buffer) == (to_layer, to_buffer)
                               for (layer, _, buffer), (to_layer, _, to_buffer) in copies)
-        if not within_a_buffer:
+        if self.device.type == "cpu" and not within_a_buffer:
             for (layer, slot, buffer), (to_layer, to_slot, to_buffer) in copies:
                 for t in range(self.tensors(layer)):
                     self.view(to_layer, to_buffer, t)[to_slot].copy_(self.view(layer, buffer, t)[slot])

@@ -4,6 +4,7 @@ caller's current stream; the commit copy runs on the current stream after the si
 side stream then waits for that copy (the staging rows are shared by every layer). No GPU is needed."""
 import contextlib
 
+from eplb.planes.staged import StagedPlane
 from eplb.planes.torch_plane import TorchPlane
 
 
@@ -13,6 +14,9 @@ class FakeStream:
 
     def wait_stream(self, other):
         self.log.append(f"{self.name} waits {other.name}")
+
+    def synchronize(self):
+        self.log.append(f"{self.name} synchronized")
 
 
 class FakeCuda:
@@ -69,3 +73,25 @@ def test_on_the_cpu_there_is_no_stream_to_order():
     made.commit([((0, 0, 2), (0, 1, 0))])
     made.digest([(0, 1, 2)])
     assert log == ["copy 1", "digest"]
+
+
+class FakeRow:
+    def __init__(self, log):
+        self.log = log
+
+    def copy_(self, source, non_blocking=False):
+        self.log.append(f"device copy{' (async)' if non_blocking else ''}")
+
+
+def test_the_staged_plane_orders_a_layer_once_and_copies_on_the_side_stream():
+    """Landing a layer's received rows: one wait for the caller's stream, every copy on the side stream
+    (the default device copy, not the test hook), then one synchronize before the rows are digested."""
+    log = []
+    made = StagedPlane.__new__(StagedPlane)
+    made._torch = type("FakeTorch", (), {"cuda": FakeCuda(log)})()
+    made._rows, made._side = FakeRows(log), FakeStream("side", log)
+    made._device_copy = made._copy_on_side_stream
+    made._landing = [(FakeRow(log), None) for _ in range(3)]
+    made._land()
+    assert log == ["side waits current", "on side"] + ["device copy (async)"] * 3 + ["side synchronized"]
+    assert made._landing == []

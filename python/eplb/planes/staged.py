@@ -32,9 +32,10 @@ class StagedPlane(TorchPlane):
         self._host = None  # flat uint8 host buffer: the sends' rows, then the receives'
         self._landing = []  # [(device row, host row)] of the receives, copied back after the wait
 
-    def _copy_on_side_stream(self, target, source) -> None:
-        with self._on_side():
-            target.copy_(source, non_blocking=True)
+    @staticmethod
+    def _copy_on_side_stream(target, source) -> None:
+        """One device copy; its callers put the side stream in force once for all of a layer's rows."""
+        target.copy_(source, non_blocking=True)
 
     def _synchronize(self) -> None:
         if self._side is not None:
@@ -52,20 +53,22 @@ class StagedPlane(TorchPlane):
         device_ops = super()._operations(receives, sends)
         host = self._host_rows(sum(view.numel() for _, view, _, _ in device_ops))
         out, offset, self._landing = [], 0, []
-        for op, view, peer, what in device_ops:
-            host_row = host[offset:offset + view.numel()]
-            offset += view.numel()
-            if op is self._dist.isend:
-                self._device_copy(host_row, view)
-            else:
-                self._landing.append((view, host_row))
-            out.append((op, host_row, peer, what))
+        with self._on_side():
+            for op, view, peer, what in device_ops:
+                host_row = host[offset:offset + view.numel()]
+                offset += view.numel()
+                if op is self._dist.isend:
+                    self._device_copy(host_row, view)
+                else:
+                    self._landing.append((view, host_row))
+                out.append((op, host_row, peer, what))
         self._synchronize()  # the sent rows are on the host before gloo reads them
         return out
 
     def _land(self) -> None:
         """The received host rows back to their device rows (before digests or injected faults)."""
-        for view, host_row in self._landing:
-            self._device_copy(view, host_row)
+        with self._on_side():
+            for view, host_row in self._landing:
+                self._device_copy(view, host_row)
         self._synchronize()
         self._landing = []

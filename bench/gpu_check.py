@@ -359,8 +359,21 @@ def barrier() -> None:
     dist.barrier(group=BARRIER_GROUP[0])
 
 
+def all_ranks(flag: bool) -> bool:
+    """Whether `flag` holds on every rank: one all_reduce on the check's own group."""
+    import torch.distributed as dist
+
+    value = torch.tensor([int(flag)])
+    dist.all_reduce(value, op=dist.ReduceOp.MIN, group=BARRIER_GROUP[0])
+    return bool(value.item())
+
+
 def matmul_slowdown(rank, weights, tables, options) -> dict:
-    """Rank 0's bf16 matmul step time alone, then while an async staged round runs (commit_ready each step)."""
+    """Rank 0's bf16 matmul step time alone, then while an async staged round runs (commit_ready each step).
+
+    Both ranks step in lockstep (an all_reduce per step, on the check's own group, stands in for the
+    engine's all-to-all): the round agrees each commit on the ranks' serving steps, and a rank that
+    ran thousands of empty steps ahead would set a commit step the other reaches only much later."""
     device, n = weights[0][0].device, options["matmul"]
     a, b = (torch.randn(n, n, device=device).to(torch.bfloat16) for _ in range(2))
 
@@ -382,12 +395,12 @@ def matmul_slowdown(rank, weights, tables, options) -> dict:
             alone += [step() for _ in range(options["matmul_steps"])]
         barrier()
         handle, deadline = moving.start(old, new), time.monotonic() + 60
-        while not handle.done and time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # serving steps in lockstep, as expert-parallel steps are
             handle.commit_ready()
             if rank == 0:
                 during.append(step())
-            else:
-                time.sleep(0.001)
+            if all_ranks(handle.done):  # the step's collective (an all-to-all in an engine)
+                break
         handle.report()
         old, new = new, old
     return {"alone": statistics.median(alone) if alone else None, "during": statistics.median(during) if during else None,

@@ -211,7 +211,7 @@ constexpr size_t kMaxConnectionInfoBytes = 1 << 16;
 
 }  // namespace
 
-Status check_packed_key(std::span<const uint8_t> key, const std::string& peer) {
+Status check_packed_key(std::span<const uint8_t> key, const std::string& peer, const WorkerAddressShape* remote) {
   auto bad = [&](size_t at, const std::string& what) {
     return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} ({} bytes): {} at offset {}",
                                              peer, key.size(), what, at));
@@ -227,6 +227,7 @@ Status check_packed_key(std::span<const uint8_t> key, const std::string& peer) {
     if (at >= key.size()) return bad(at, fmt::format("no size for md {}", md));
     const size_t length = key[at];
     if (at + 1 + length > key.size()) return bad(at, fmt::format("md {}'s {} bytes run past the key", md, length));
+    if (remote != nullptr) EPLB_TRY(check_key_part(md, key.subspan(at + 1, length), *remote, peer));
     at += 1 + length;
   }
   return Status::ok();
@@ -236,8 +237,12 @@ namespace {
 
 class UcxBackend final : public Backend {
  public:
-  UcxBackend(std::shared_ptr<UcxWorkerState> state, std::vector<uint8_t> address, std::string transports)
-      : state_(std::move(state)), address_(std::move(address)), transports_(std::move(transports)) {}
+  UcxBackend(std::shared_ptr<UcxWorkerState> state, std::vector<uint8_t> address, WorkerAddressShape shape,
+             std::string transports)
+      : state_(std::move(state)),
+        address_(std::move(address)),
+        shape_(std::move(shape)),
+        transports_(std::move(transports)) {}
 
   std::string name() const override { return "ucx"; }
   std::string transports() const override { return transports_; }
@@ -313,6 +318,8 @@ class UcxBackend final : public Backend {
           fmt::format("ucx backend: connection info of peer {} has {} bytes, expected a UCX worker address of 1..{}",
                       peer_name, connection_info.size(), kMaxConnectionInfoBytes));
     }
+    auto checked = check_worker_address(connection_info, shape_, peer_name);
+    if (!checked) return checked.status();
     // UCX parses the address itself; give it an aligned private copy.
     std::vector<uint64_t> address((connection_info.size() + 7) / 8 + 1, 0);
     std::memcpy(address.data(), connection_info.data(), connection_info.size());
@@ -320,6 +327,7 @@ class UcxBackend final : public Backend {
     auto peer = std::make_shared<UcxPeerState>();
     peer->worker = state_;
     peer->name = peer_name;
+    peer->address = std::move(*checked);
     state_->error_slots.push_back(std::make_unique<EndpointErrorSlot>());
     peer->error_slot = state_->error_slots.back().get();
     peer->error_slot->peer = peer.get();
@@ -365,7 +373,7 @@ class UcxBackend final : public Backend {
       return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} has {} bytes", state->name,
                                                packed_key.size()));
     }
-    EPLB_TRY(check_packed_key(packed_key, state->name));
+    EPLB_TRY(check_packed_key(packed_key, state->name, &state->address));
     // The packed key carries no length of its own: a zero tail keeps a
     // truncated key from making UCX read past our copy.
     std::vector<uint8_t> padded(packed_key.size() + kRemoteKeyPadding, 0);
@@ -451,6 +459,7 @@ class UcxBackend final : public Backend {
  private:
   std::shared_ptr<UcxWorkerState> state_;
   std::vector<uint8_t> address_;
+  WorkerAddressShape shape_;  // of address_: what a peer's address is checked against
   std::string transports_;
 };
 
@@ -549,7 +558,16 @@ Result<std::unique_ptr<Backend>> make_ucx_backend(const AgentConfig& config) {
   EPLB_TRY(create_worker(*state, config.name));
   restrict_own_sysv_segments();
   EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> address, worker_address(*state));
-  return std::unique_ptr<Backend>(std::make_unique<UcxBackend>(std::move(state), std::move(address), description));
+  // Peers' addresses are checked against this one's layout before UCX reads them.
+  auto shape = read_worker_address(address, "this process");
+  if (shape) measure_segments(address, *shape);
+  if (!shape) {
+    return error(Code::Unsupported, fmt::format("{}: a peer's address could not be checked before UCX reads it (UCX "
+                                                "{}; unified mode, UCX_UNIFIED_MODE, is not supported)",
+                                                shape.status().message(), ucp_get_version_string()));
+  }
+  return std::unique_ptr<Backend>(
+      std::make_unique<UcxBackend>(std::move(state), std::move(address), std::move(*shape), description));
 }
 
 }  // namespace eplb::xfer

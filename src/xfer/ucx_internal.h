@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,23 @@ std::string ucx_text(ucs_status_t status);
 Code code_for(ucs_status_t status);
 Status status_for(ucs_status_t status, const std::string& context);
 
+// The parts of a packed UCX worker address that UCX's unpacker and its
+// transports take on trust (ucx_address.cpp has the layout).
+struct WorkerAddressShape {
+  int format = 0;  // UCX's address format: 0 = v1, 1 = v2
+  struct Interface {
+    uint16_t checksum = 0;  // of the transport's name
+    size_t device_length = 0, interface_length = 0;
+    size_t offset = 0;  // where its entry starts
+    size_t device_offset = 0, interface_offset = 0;  // where its addresses start
+    // Shared-memory transports: the size of the FIFO segment the interface
+    // address names (measure_segments; this process's own address only).
+    std::optional<uint64_t> segment_size;
+    std::vector<uint8_t> device_address;  // with segment_size: the host's id
+    int md_index = 0;  // the md (in the address owner's numbering) its packed keys use
+  };
+  std::vector<Interface> interfaces;
+};
 struct UcxWorkerState;
 
 // Where an endpoint's error callback lands. Owned by the worker state and
@@ -86,6 +104,7 @@ struct UcxPeerState {
   // False when the transports cannot detect peer failure (UCX 1.13 mm).
   bool peer_failure_handling = true;
   ucs_status_t failure = UCS_OK;
+  WorkerAddressShape address;  // the peer's, as checked (check_worker_address)
 
   UcxPeerState() = default;
   UcxPeerState(const UcxPeerState&) = delete;
@@ -152,7 +171,26 @@ Result<std::unique_ptr<BackendRequest>> post_ucx_request(Operation op, const std
 // indexes its tables, sizes run past the key): md map u64 (not 0) | memory
 // type u8 (< UCS_MEMORY_TYPE_LAST) | per md in the map: size u8 + that many
 // bytes, all inside the key. Mismatch naming the peer and the offset otherwise.
-Status check_packed_key(std::span<const uint8_t> key, const std::string& peer);
+// With `remote` (the peer's checked worker address), each md's part of the
+// key is also checked by the shared-memory transport the address puts at
+// that md (check_key_part): the segment it names is there and large enough.
+Status check_packed_key(std::span<const uint8_t> key, const std::string& peer,
+                        const WorkerAddressShape* remote = nullptr);
+
+// Walks a packed worker address, every field inside `address` and nothing
+// after the last device; Mismatch naming `whose` and the offset otherwise.
+Result<WorkerAddressShape> read_worker_address(std::span<const uint8_t> address, const std::string& whose);
+// A key's part for `md`, against the transports `remote` puts at that md.
+Status check_key_part(int md, std::span<const uint8_t> part, const WorkerAddressShape& remote,
+                      const std::string& peer);
+// Sets segment_size of `shape`'s shared-memory interfaces (posix, sysv)
+// whose segment can be found: the FIFO sizes this process's UCX maps.
+void measure_segments(std::span<const uint8_t> address, WorkerAddressShape& shape);
+// A peer's address walks cleanly, is in `local`'s format, and gives every
+// transport `local` also has the address lengths `local` has for it; a
+// shared-memory interface names a segment at least as large as local's FIFO.
+Result<WorkerAddressShape> check_worker_address(std::span<const uint8_t> address, const WorkerAddressShape& local,
+                                                const std::string& peer);
 
 // Narrows this process's System V segments from UCX's 0660 to 0600
 // (ucx_shm_mode.cpp); returns how many it changed.

@@ -25,8 +25,10 @@
 // process's UCX packs for it (UCX's transports read exactly those).
 #include <fmt/format.h>
 
+#include <fcntl.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -196,10 +198,19 @@ uint64_t little_u64(std::span<const uint8_t> bytes) {
 // segment's size, or says why the address is wrong ("" when it is fine).
 using SegmentRule = std::string (*)(std::span<const uint8_t> interface, uint64_t* size);
 
+// UCX opens the segment read-write and maps it; a failure to unpack a key is
+// itself a crash in UCX 1.13 (its error path releases parts it never
+// unpacked), so the open is tried here first: a regular file first (stat),
+// then opened as UCX will (nothing blocks, no terminal is taken).
 std::string file_size(const std::string& path, uint64_t* size) {
   struct stat status {};
   if (::stat(path.c_str(), &status) != 0 || !S_ISREG(status.st_mode))
     return fmt::format("its segment {} is not a regular file", path);
+  const int fd = ::open(path.c_str(), O_RDWR | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return fmt::format("its segment {} cannot be opened for reading and writing", path);
+  const bool stated = ::fstat(fd, &status) == 0;
+  ::close(fd);
+  if (!stated) return fmt::format("its segment {} cannot be read", path);
   *size = uint64_t(status.st_size);
   return "";
 }
@@ -250,11 +261,18 @@ std::string posix_key(std::span<const uint8_t> part) {
   return wrong;
 }
 
-// sysv key: shmid u32 | owner's address u64; the segment must be there.
+// sysv key: shmid u32 | owner's address u64; UCX attaches the segment at
+// once, and a failed attach is a crash (see file_size): attached and
+// detached here first.
 std::string sysv_key(std::span<const uint8_t> part) {
   if (part.size() < 12) return fmt::format("a sysv key of {} B, shorter than its 12 B", part.size());
   uint64_t size = 0;
-  return sysv_segment(part.first(4), &size);
+  std::string wrong = sysv_segment(part.first(4), &size);
+  if (!wrong.empty()) return wrong;
+  void* attached = ::shmat(int(little_u64(part.first(4))), nullptr, 0);
+  if (attached == reinterpret_cast<void*>(-1)) return "a sysv key of a segment that cannot be attached";
+  ::shmdt(attached);
+  return "";
 }
 
 struct SharedMemoryTransport {
@@ -321,7 +339,6 @@ Result<WorkerAddressShape> read_worker_address(std::span<const uint8_t> address,
 
 Status check_key_part(int md, std::span<const uint8_t> part, const WorkerAddressShape& remote,
                       const std::string& peer) {
-  if (part.empty()) return Status::ok();  // the md has no key for this memory (UCX packs none)
   for (const auto& entry : remote.interfaces) {
     if (entry.md_index != md) continue;
     const SharedMemoryTransport* transport = shared_memory_transport(entry.checksum);

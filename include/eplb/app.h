@@ -131,6 +131,9 @@ struct RunSummary {
   std::string committed_layers;
   bool group_intact = true;
   uint64_t mapping_hash = 0;      // mapping_hash() of this rank's committed placement
+  // Set by a launcher that closes the report of a rank 0 gone before its
+  // tail: the JSON tail says "interrupted": true and has no mapping_hash.
+  bool interrupted = false;
   std::optional<ServingStats> serving_idle;  // --async: steps without migration (before on_ready)
 };
 

@@ -45,9 +45,13 @@ struct VecArrays {
   std::vector<int32_t> phy2log, log2phy, logcnt;
 };
 
-// Checks the shape as SGLang's asserts do (E <= R, R % chunk, E % chunks,
-// chunk % local_slots, groups % nodes, E % groups) and every value (>= 0,
-// finite; integers for Int), then runs the algorithm.
+// Both functions refuse the same inputs (InvalidArgument, the message
+// starting with the function's name): an empty window; sizes above the
+// library's caps (E <= kMaxExpertsPerLayer, R <= kMaxSlotsPerLayer,
+// L x R <= kMaxTableEntries, eplb/placement.h); SGLang's asserts (E <= R,
+// R % local_slots, and when hierarchical E % groups, groups % nodes, ranks
+// % nodes); no values; a value negative, infinite or NaN, or (Int) not an
+// integer below 2^53. Then they run the algorithm.
 Result<VecArrays> deepseek_vec(const double* tokens, const VecShape& shape, VecPrecision precision);
 
 }  // namespace eplb

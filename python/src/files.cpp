@@ -1,11 +1,14 @@
 // eplb's files from Python: load files and traces (.npy, .csv, .json) and
 // placement JSON (as written by `eplb rebalance --out`), read by the
-// library's bounds-checked readers.
+// library's bounds-checked readers; and the CLI's byte sizes (its
+// --max-input-bytes), read by the CLI's own parser.
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 
 #include "bindings.h"
+#include "common/text.h"
 #include "convert.h"
 
 namespace eplb::python {
@@ -46,6 +49,14 @@ py::dict read_placement(const std::string& path) {
   return out;
 }
 
+// parse_byte_size (common/text.h); `option` names the flag in the message
+// as the CLI does ("--max-input-bytes: '1XB' is not a byte size ...").
+uint64_t byte_size(const std::string& text, const std::optional<std::string>& option) {
+  Result<uint64_t> bytes = parse_byte_size(text);
+  if (!bytes && option) throw StatusError(bytes.status().with_context(*option));
+  return value_or_throw(std::move(bytes));
+}
+
 }  // namespace
 
 void bind_files(py::module_& module) {
@@ -53,6 +64,9 @@ void bind_files(py::module_& module) {
   module.def("read_load", &read_load, py::arg("path"), "A load [L][E] (a 3-D trace is summed over W).");
   module.def("read_placement", &read_placement, py::arg("path"),
              "A placement JSON: topology counts, phy2log, log2phy, logcnt.");
+  module.def("parse_byte_size", &byte_size, py::arg("text"), py::arg("option") = py::none(),
+             "A byte size as the eplb CLI reads one (4096, 512KiB, 1.5GiB; powers of 1024), in [1 B, 1 TiB]; "
+             "eplb.Error (invalid argument) naming `option` otherwise.");
 }
 
 }  // namespace eplb::python

@@ -3,14 +3,16 @@
 run_ranks(world, target, *args) starts `world` processes with torch.multiprocessing (spawn), each
 forming a torch.distributed gloo group on a free port of 127.0.0.1 and calling target(rank, world,
 *args). Each rank returns a JSON-able value (written to a file in a directory of the test's
-tmp_path); run_ranks joins every process with a timeout (killing and failing on overrun) and
-returns the values by rank, or the rank's exit code when it did not return.
+tmp_path); run_ranks joins the processes against one deadline, `timeout` from the start (killing
+the ranks still running then and failing), and returns the values by rank, or the rank's exit code
+when it did not return.
 """
 from __future__ import annotations
 
 import json
 import os
 import socket
+import time
 import traceback
 from pathlib import Path
 
@@ -48,8 +50,6 @@ def wait_for_survivors(rank: int, survivors, timeout: float = 30.0) -> None:
     """Stays alive until every rank in `survivors` got here (a file per rank in the run's directory), as
     engine processes stay up after a failed migration: a survivor that left at once would take the
     default group's store (rank 0's) with it, and a slower survivor would rightly name it as lost too."""
-    import time
-
     directory = Path(os.environ["EPLB_TEST_RANKS_DIR"])
     Path(directory, f"survived{rank}").touch()
     deadline = time.monotonic() + timeout
@@ -81,11 +81,10 @@ def run_ranks(tmp_path: Path, world: int, target, *args, timeout: float = 120.0)
     out.mkdir()
     context = mp.start_processes(_main, args=(world, free_port(), str(out), target, args), nprocs=world,
                                  join=False, start_method="spawn")
-    overran = []
-    for rank, process in enumerate(context.processes):
-        process.join(timeout)
-        if process.is_alive():
-            overran.append(rank)
+    deadline = time.monotonic() + timeout  # one for all ranks: a hung world costs `timeout`, not world x timeout
+    for process in context.processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    overran = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
     for rank in overran:
         context.processes[rank].kill()
         context.processes[rank].join(10)

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import eplb
 from test_plot_timeline import async_report
 
 
@@ -132,3 +133,26 @@ def test_non_utf8_bytes_and_a_top_level_array_are_one_line(command, content, tmp
     one_line_exit_3(shell_plot(command, str(path), "-o", str(tmp_path / "x.png")), "object")
     path.write_text('{"rounds": [' * 100000)
     one_line_exit_3(shell_plot(command, str(path), "-o", str(tmp_path / "x.png")), str(path))
+
+
+def test_max_input_bytes_is_read_by_the_cli_parser(cli, tmp_path):
+    """eplb.plot reads --max-input-bytes with the CLI's own C++ parser: same sizes, same messages."""
+    from eplb.plot import _inputs
+    assert _inputs.parse_byte_size("4096") == 4096
+    assert _inputs.parse_byte_size("512KiB") == 512 << 10
+    assert _inputs.parse_byte_size("1.5GiB") == 3 << 29
+    assert _inputs.parse_byte_size("1T") == 1 << 40
+    bad = ("--max-input-bytes: 'lots' is not a byte size (examples: 4096, 4K, 512KiB, 1MiB, 1.5GiB; units B, "
+           "K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB are all powers of 1024)")
+    out_of_range = "--max-input-bytes: byte size '2TiB' must be a whole number of bytes in [1 B, 1 TiB]"
+    for text, message in (("lots", bad), ("2TiB", out_of_range)):
+        with pytest.raises(ValueError) as raised:
+            _inputs.parse_byte_size(text)
+        assert isinstance(raised.value, eplb.Error)
+        assert raised.value.code == "invalid argument"
+        assert str(raised.value) == message
+        refused = subprocess.run([cli, "rebalance", "--max-input-bytes", text, "--load", str(tmp_path / "none.npy")],
+                                 capture_output=True, text=True, timeout=30)
+        assert refused.returncode == 2 and refused.stderr.strip() == f"eplb: invalid argument: {message}", refused.stderr
+    with pytest.raises(eplb.Error, match=r"^byte size '0\.5' must be a whole number of bytes"):  # no option named
+        eplb._eplb.parse_byte_size("0.5")

@@ -222,7 +222,10 @@ std::string render_json_tail(const RunSummary& summary) {
   json["all_verified"] = summary.all_verified;
   json["status"] = summary.status.is_ok() ? "ok" : summary.status.to_string();
   json["final_state"] = summary.final_state;
-  json["mapping_hash"] = fmt::format("{:016x}", summary.mapping_hash);
+  if (summary.interrupted)
+    json["interrupted"] = true;
+  else
+    json["mapping_hash"] = fmt::format("{:016x}", summary.mapping_hash);
   return "\n  ],\n" + json.dump(2).substr(2) + "\n";
 }
 

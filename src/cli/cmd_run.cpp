@@ -268,10 +268,10 @@ void launch(const RunOptions& options, const RunArgs& args) {
   // Rank 0 gone before it renamed its report (a forwarded signal, a kill):
   // the rounds so far are put in place, marked interrupted.
   if (!launched.pids.empty()) {
-    Status rescued = rescue_report(args.json, launched.pids[0], launched.status.to_string());
+    Status rescued = rescue_report(args.json, launched.pids[0], launched.status);
     if (!rescued) std::fprintf(stderr, "eplb: %s\n", rescued.to_string().c_str());
     // A --metrics rewrite cut short leaves its temporary file; the file in place is whole.
-    if (!args.metrics.empty()) ::unlink(fmt::format("{}.tmp.{}", args.metrics, launched.pids[0]).c_str());
+    if (!args.metrics.empty()) ::unlink(files::temporary_path(args.metrics, launched.pids[0]).c_str());
   }
   set_launch_result(launched);
 }

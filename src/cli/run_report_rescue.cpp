@@ -10,19 +10,21 @@
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "eplb/app.h"
 
 namespace eplb::cli {
 namespace {
 
 constexpr std::string_view kRoundsOpen = "\"rounds\": [";
 
-std::string interrupted_tail(const std::string& reason) {
-  nlohmann::json json;
-  json["all_verified"] = false;
-  json["interrupted"] = true;
-  json["status"] = reason;
-  json["final_state"] = "interrupted before the run ended: the rounds listed are those that ended";
-  return "\n  ],\n" + json.dump(2).substr(2) + "\n";
+// The tail of a run that rank 0 did not end: render_json_tail, marked interrupted.
+std::string interrupted_tail(const Status& reason) {
+  RunSummary summary;
+  summary.status = reason;
+  summary.all_verified = false;
+  summary.interrupted = true;
+  summary.final_state = "interrupted before the run ended: the rounds listed are those that ended";
+  return render_json_tail(summary);
 }
 
 // The longest prefix of `text` (cut at line ends, a trailing comma dropped)
@@ -40,9 +42,9 @@ std::string close_report(std::string text, const std::string& tail) {
 
 }  // namespace
 
-Status rescue_report(const std::string& path, int rank0_pid, const std::string& reason) {
+Status rescue_report(const std::string& path, int rank0_pid, const Status& reason) {
   if (path.empty() || rank0_pid <= 0) return Status::ok();
-  const std::string temporary = fmt::format("{}.tmp.{}", path, rank0_pid);
+  const std::string temporary = files::temporary_path(path, rank0_pid);
   std::error_code failed;
   if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(temporary, failed))) return Status::ok();
   std::ifstream in(temporary, std::ios::binary);

@@ -13,7 +13,7 @@
 namespace eplb::cli {
 
 // Does nothing when `path` is empty or rank 0 left no temporary file.
-// `reason` becomes the report's "status".
-Status rescue_report(const std::string& path, int rank0_pid, const std::string& reason);
+// `reason` (the launch's status) becomes the report's "status".
+Status rescue_report(const std::string& path, int rank0_pid, const Status& reason);
 
 }  // namespace eplb::cli

@@ -11,12 +11,14 @@
 
 namespace eplb::files {
 
+std::string temporary_path(std::string_view path, long pid) { return fmt::format("{}.tmp.{}", path, pid); }
+
 Result<AtomicFile> AtomicFile::create(const std::string& path) {
   struct stat info {};
   if (path.empty()) return error(Code::IoError, "an empty output path");
   if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
     return error(Code::IoError, path + ": exists and is not a regular file");
-  std::string temporary = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::string temporary = temporary_path(path, ::getpid());
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return error(Code::IoError, fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
   return AtomicFile(path, std::move(temporary), fd);

@@ -17,6 +17,10 @@
 
 namespace eplb::files {
 
+// "<path>.tmp.<pid>": the temporary file an AtomicFile of process `pid`
+// writes before it renames it to `path` (a launcher finds a rank's with it).
+std::string temporary_path(std::string_view path, long pid);
+
 class AtomicFile {
  public:
   static Result<AtomicFile> create(const std::string& path);

@@ -5,68 +5,27 @@
 #include <numeric>
 #include <string>
 
-#include "deepseek_vec_chunk.h"
+#include "deepseek_sglang_common.h"
 #include "eplb/deepseek_vec.h"
 
 namespace eplb {
 
 namespace {
 
-using deepseek_vec_detail::cascade_sum;
-using deepseek_vec_detail::torch_descending_order;
+using deepseek_vec_detail::group_weights;
+using deepseek_vec_detail::pack_heaviest_first;
+using deepseek_vec_detail::place_groups;
+using deepseek_vec_detail::summed_over_steps;
 
-Status invalid(const std::string& what) { return error(Code::InvalidArgument, "deepseek (torch order): " + what); }
-
-Status check(const double* tokens, const VecShape& s, int groups, int nodes, VecPrecision precision) {
-  if (s.steps < 1 || s.layers < 1 || s.experts < 1) return invalid("tokens must be [steps][layers][experts], non-empty");
-  if (s.slots < s.experts || s.local_slots < 1 || s.slots % s.local_slots != 0)
-    return invalid("num_physical_experts=" + std::to_string(s.slots) + " must be >= experts=" +
-                   std::to_string(s.experts) + " and a multiple of " + std::to_string(s.local_slots) + " per rank");
-  const int ranks = s.slots / s.local_slots;
-  if (groups < 1 || nodes < 1 || s.experts % groups != 0 || groups % nodes != 0 || ranks % nodes != 0)
-    return invalid("needs experts % groups, groups % nodes and ranks % nodes all 0, got " + std::to_string(s.experts) +
-                   " experts, " + std::to_string(groups) + " groups, " + std::to_string(nodes) + " nodes, " +
-                   std::to_string(ranks) + " ranks");
-  const size_t count = size_t(s.steps) * size_t(s.layers) * size_t(s.experts);
-  for (size_t i = 0; i < count; ++i)
-    if (!(tokens[i] >= 0.0) || !std::isfinite(tokens[i]) ||
-        (precision == VecPrecision::Int && tokens[i] != std::floor(tokens[i])))
-      return invalid("token count " + std::to_string(i) + " is negative, non-finite or not an integer (" +
-                     std::to_string(tokens[i]) + ")");
-  return Status::ok();
-}
-
-// weight = tokens.sum(0).float(): exact for Int, torch's order in the dtype otherwise.
-float summed_weight(const double* tokens, const VecShape& s, size_t at, VecPrecision precision) {
-  const size_t plane = size_t(s.layers) * size_t(s.experts);
-  if (precision == VecPrecision::Float32)
-    return cascade_sum<float>(s.steps, [&](int64_t t) { return float(tokens[size_t(t) * plane + at]); });
-  if (precision == VecPrecision::Float64)
-    return float(cascade_sum<double>(s.steps, [&](int64_t t) { return tokens[size_t(t) * plane + at]; }));
-  double sum = 0;
-  for (int t = 0; t < s.steps; ++t) sum += tokens[size_t(t) * plane + at];
-  return float(sum);
-}
-
-// balanced_packing: items heaviest first (torch's tie order), each into the
-// lightest pack with room (float64 sums, lowest index on ties); one item per
-// pack is the identity. Writes pack * per_pack + rank in pack per item.
-void balanced_packing(const std::vector<float>& weight, int packs, std::vector<int32_t>& position) {
-  const int items = int(weight.size()), per_pack = items / packs;
-  position.resize(size_t(items));
-  if (per_pack == 1) {
+// balanced_packing: pack_heaviest_first with float64 pack sums; one item
+// per pack is the identity.
+std::vector<int32_t> balanced_packing(const std::vector<float>& weight, int packs) {
+  if (int(weight.size()) / packs == 1) {
+    std::vector<int32_t> position(weight.size());
     std::iota(position.begin(), position.end(), 0);
-    return;
+    return position;
   }
-  std::vector<double> load(static_cast<size_t>(packs), 0.0);
-  std::vector<int> filled(static_cast<size_t>(packs), 0);
-  for (int item : torch_descending_order(weight)) {
-    int best = -1;
-    for (int p = 0; p < packs; ++p)
-      if (filled[size_t(p)] < per_pack && (best < 0 || load[size_t(p)] < load[size_t(best)])) best = p;
-    position[size_t(item)] = best * per_pack + filled[size_t(best)]++;
-    load[size_t(best)] += double(weight[size_t(item)]);
-  }
+  return pack_heaviest_first<double>(weight, packs);
 }
 
 struct Layer {
@@ -89,8 +48,7 @@ void run_node(const std::vector<float>& w, int slots, int ranks, const int32_t* 
   std::vector<float> per_replica(static_cast<size_t>(slots));
   for (int i = 0; i < slots; ++i)
     per_replica[size_t(i)] = w[size_t(phy2mlog[size_t(i)])] / float(count[size_t(phy2mlog[size_t(i)])]);
-  std::vector<int32_t> position;
-  balanced_packing(per_replica, ranks, position);
+  const std::vector<int32_t> position = balanced_packing(per_replica, ranks);
   for (int i = 0; i < slots; ++i) {
     const int slot = first_slot + position[size_t(i)];
     out.phy2log[slot] = mlog2log[phy2mlog[size_t(i)]];
@@ -101,16 +59,12 @@ void run_node(const std::vector<float>& w, int slots, int ranks, const int32_t* 
 
 void run_layer(const double* tokens, const VecShape& s, int groups, int nodes, VecPrecision precision, int layer,
                Layer out) {
-  const int group_size = s.experts / groups, per_node = s.experts / nodes;
-  std::vector<float> weight(size_t(s.experts)), group(size_t(groups), 0.0f);
+  const int per_node = s.experts / nodes;
+  std::vector<float> weight(size_t(s.experts));
   for (int e = 0; e < s.experts; ++e)
-    weight[size_t(e)] = summed_weight(tokens, s, size_t(layer) * size_t(s.experts) + size_t(e), precision);
-  for (int g = 0; g < groups; ++g)
-    for (int j = 0; j < group_size; ++j) group[size_t(g)] += weight[size_t(g * group_size + j)];
-  std::vector<int32_t> group_position, mlog2log(size_t(s.experts));
-  balanced_packing(group, nodes, group_position);
-  for (int g = 0; g < groups; ++g)
-    for (int j = 0; j < group_size; ++j) mlog2log[size_t(group_position[size_t(g)] * group_size + j)] = g * group_size + j;
+    weight[size_t(e)] = summed_over_steps<float>(tokens, s, size_t(layer) * size_t(s.experts) + size_t(e), precision);
+  std::vector<int32_t> mlog2log(size_t(s.experts));
+  place_groups(balanced_packing(group_weights(weight, groups), nodes), s.experts / groups, mlog2log.data());
   const int node_slots = s.slots / nodes, node_ranks = s.slots / s.local_slots / nodes;
   std::vector<float> w(static_cast<size_t>(per_node));
   for (int node = 0; node < nodes; ++node) {
@@ -124,7 +78,7 @@ void run_layer(const double* tokens, const VecShape& s, int groups, int nodes, V
 
 Result<VecArrays> deepseek_torch(const double* tokens, const VecShape& shape, VecPrecision precision) {
   const int groups = shape.hierarchical ? shape.groups : 1, nodes = shape.hierarchical ? shape.nodes : 1;
-  EPLB_TRY(check(tokens, shape, groups, nodes, precision));
+  EPLB_TRY(deepseek_vec_detail::check_input("deepseek (torch order)", tokens, shape, precision));
   const size_t layers = size_t(shape.layers), slots = size_t(shape.slots), experts = size_t(shape.experts);
   VecArrays out{shape.layers, shape.experts, shape.slots, 0, std::vector<int32_t>(layers * slots), {},
                 std::vector<int32_t>(layers * experts)};

@@ -1,6 +1,8 @@
 // deepseek_vec_chunk.cpp - one chunk of SGLang's deepseek_vec (deepseek_vec_chunk.h).
 #include "deepseek_vec_chunk.h"
 
+#include "deepseek_sglang_common.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -83,7 +85,6 @@ template <typename T>
 void ChunkJob<T>::load(const double* all, const VecShape& shape, int layer, const int32_t* experts, int first_index,
                        int n_, int slots_, VecPrecision precision) {
   steps = shape.steps, n = n_, slots = slots_, width = shape.slots - shape.experts + 1;
-  exact_sums = precision == VecPrecision::Int;
   const size_t plane = size_t(shape.layers) * size_t(shape.experts);
   const double* row = all + size_t(layer) * size_t(shape.experts);
   tokens.resize(size_t(steps) * size_t(n));
@@ -93,13 +94,7 @@ void ChunkJob<T>::load(const double* all, const VecShape& shape, int layer, cons
     offset[size_t(j)] = T(float(first_index + j) * 1e-4f);  // torch: int32 arange * 1e-4 in float32
     const size_t e = size_t(experts[j]);
     for (int s = 0; s < steps; ++s) tokens[size_t(s) * size_t(n) + size_t(j)] = T(row[size_t(s) * plane + e]);
-    if (exact_sums) {
-      double sum = 0;  // integers below 2^53: exact, as torch's int64 sum
-      for (int s = 0; s < steps; ++s) sum += row[size_t(s) * plane + e];
-      step_sum[size_t(j)] = T(sum);
-    } else {
-      step_sum[size_t(j)] = cascade_sum<T>(steps, [&](int64_t s) { return tokens[size_t(s) * size_t(n) + size_t(j)]; });
-    }
+    step_sum[size_t(j)] = summed_over_steps<T>(all, shape, size_t(layer) * size_t(shape.experts) + e, precision);
   }
 }
 

@@ -65,7 +65,6 @@ std::vector<int32_t> torch_descending_order(const std::vector<T>& values) {
 template <typename T>
 struct ChunkJob {
   int steps = 0, n = 0, slots = 0, width = 0;
-  bool exact_sums = false;   // Int: the per-expert step sums are exact (int64 in torch)
   std::vector<T> tokens;     // [S][n] as T
   std::vector<T> offset;     // [n]
   std::vector<T> step_sum;   // [n] the load summed over steps (for the ranks' snake)

@@ -99,11 +99,18 @@ class CmaRequest final : public BackendRequest {
       : op_(op), inner_(inner), peer_(peer), segments_(segments.begin(), segments.end()),
         self_name_(std::move(self_name)), notification_(std::move(notification)) {}
 
-  // The copy, the landed checksums, then the notification; false: the kernel refused (EPERM).
+  // The copy, the landed checksums, then the notification. False: the
+  // peer is not (or no longer) reached by cma: the kernel refused the copy
+  // (EPERM), and the peer is on the inner backend for good (pid 0), or it
+  // already was.
   bool run() {
+    if (peer_.pid == 0) return false;
     int error_number = 0;
     Status copied = copy(op_, peer_.pid, segments_, &error_number);
-    if (error_number == EPERM) return false;
+    if (error_number == EPERM) {
+      peer_.pid = 0;
+      return false;
+    }
     if (copied.is_ok() && op_ == Operation::Read)
       for (const TransferSegment& segment : segments_)
         if (segment.landed_checksum != nullptr)
@@ -188,7 +195,7 @@ class CmaBackend final : public Backend {
     if (cma.pid != 0) {
       auto request = std::make_unique<CmaRequest>(op, *inner_, cma, segments, self_name, notification);
       if (request->run()) return std::unique_ptr<BackendRequest>(std::move(request));
-      cma.pid = 0;  // EPERM: the kernel does not let us; UCX from now on
+      // EPERM: run() put the peer on the inner backend (UCX from now on).
     }
     return inner_->post(op, *cma.inner, segments, self_name, notification);
   }

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "eplb/deepseek_vec.h"
+#include "eplb/placement.h"
 
 namespace eplb {
 namespace {
@@ -76,6 +79,57 @@ TEST(DeepSeekVec, BadShapesAndValuesAreErrors) {
   tokens[5] = 0.5;
   refused(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int), "not an integer");
   EXPECT_TRUE(deepseek_torch(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Float64).is_ok());
+}
+
+// Both variants refuse sizes above the library's caps with the same words,
+// before they read a value or allocate (one token stands for the window).
+TEST(DeepSeekVec, SizesAboveTheLibraryCapsAreRefusedByBoth) {
+  const double token = 1;
+  const int cap = kMaxExpertsPerLayer;
+  struct Case {
+    VecShape shape;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {VecShape{1, 1, cap + 1, cap + 1, 1, 1, 1, false}, "experts=1048577 above the cap, at most 1048576"},
+      {VecShape{1, 1, 16, kMaxSlotsPerLayer + 16, 1, 1, 1, false},
+       "num_physical_experts=1048592 above the cap, at most 1048576"},
+      {VecShape{1, 65, 16, 1 << 20, 1, 1, 1, false},
+       "layers x num_physical_experts = 68157440 above the cap, at most 67108864"},
+  };
+  for (const Case& c : cases)
+    for (auto [function, name] : {std::pair{&deepseek_vec, "deepseek_vec"}, std::pair{&deepseek_torch, "deepseek (torch order)"}}) {
+      Result<VecArrays> placed = function(&token, c.shape, VecPrecision::Int);
+      ASSERT_FALSE(placed.is_ok()) << c.message;
+      EXPECT_EQ(placed.status().code(), Code::InvalidArgument);
+      EXPECT_EQ(placed.status().message(), std::string(name) + ": " + c.message);
+    }
+}
+
+// The two variants' checks are one: each refusal reads the same but for the name.
+TEST(DeepSeekVec, BothVariantsRefuseTheSameShapesAlike) {
+  std::vector<double> tokens = window(2, 2, 16, 3);
+  const std::vector<VecShape> shapes = {
+      VecShape{0, 2, 16, 24, 3, 1, 1, false},  VecShape{2, 2, 16, 12, 3, 1, 1, false},
+      VecShape{2, 2, 16, 24, 5, 1, 1, false},  VecShape{2, 2, 16, 24, 3, 3, 2, true},
+      VecShape{2, 2, 16, 24, 3, 4, 3, true},
+      VecShape{2, 2, 16, 24, 12, 4, 4, true},  // 2 ranks on 4 nodes
+  };
+  for (const VecShape& shape : shapes) {
+    Result<VecArrays> vec = deepseek_vec(tokens.data(), shape, VecPrecision::Int);
+    Result<VecArrays> torch = deepseek_torch(tokens.data(), shape, VecPrecision::Int);
+    ASSERT_FALSE(vec.is_ok());
+    ASSERT_FALSE(torch.is_ok());
+    EXPECT_EQ(vec.status().message().substr(std::string("deepseek_vec").size()),
+              torch.status().message().substr(std::string("deepseek (torch order)").size()));
+  }
+  tokens[3] = 9007199254740994.0;  // above 2^53: not exact as an integer count
+  for (auto function : {&deepseek_vec, &deepseek_torch}) {
+    Result<VecArrays> placed = function(tokens.data(), VecShape{2, 2, 16, 24, 3, 1, 1, false}, VecPrecision::Int);
+    ASSERT_FALSE(placed.is_ok());
+    EXPECT_NE(placed.status().message().find("token count 3 is not an integer below 2^53"), std::string::npos)
+        << placed.status().message();
+  }
 }
 
 }  // namespace

@@ -5,32 +5,25 @@ device never blocks; checked with fstat on the descriptor read), at most `max_by
 before reading when larger), decoded as UTF-8 and parsed as one JSON object; every failure is one
 eplb.Error ("I/O error" for what the file is, "parse error" for what it holds) naming the path.
 `expect(value, kind, field)` and friends check one field's type and raise eplb.Error ("parse error")
-naming the field ("rounds[0].serving.step_seconds_p50"). `parse_byte_size` reads the CLI's byte sizes.
+naming the field ("rounds[0].serving.step_seconds_p50"). `parse_byte_size` reads the CLI's byte sizes (with the CLI's C++ parser).
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from numbers import Integral, Real
 
+from eplb import _eplb
 from eplb.errors import Error
 
 DEFAULT_MAX_BYTES = 1 << 30
-_UNITS = {"": 0, "b": 0, "k": 1, "kb": 1, "kib": 1, "m": 2, "mb": 2, "mib": 2, "g": 3, "gb": 3, "gib": 3,
-          "t": 4, "tb": 4, "tib": 4}
 
 
 def parse_byte_size(text: str) -> int:
-    """A byte size as the eplb CLI reads one ("4096", "512KiB", "1.5GiB"; powers of 1024), in [1, 1 TiB]."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([A-Za-z]*)", text.strip())
-    if not match or match.group(2).lower() not in _UNITS:
-        raise Error(f"--max-input-bytes: '{text}' is not a byte size (e.g. 4096, 256MiB, 4GiB)", "invalid argument")
-    value = float(match.group(1)) * 1024 ** _UNITS[match.group(2).lower()]
-    if not 1 <= value <= 1 << 40 or value != int(value):
-        raise Error(f"--max-input-bytes: '{text}' must be a whole number of bytes in [1, 1TiB]", "invalid argument")
-    return int(value)
+    """--max-input-bytes as the eplb CLI reads it (its C++ parser: "4096", "512KiB", "1.5GiB"; powers
+    of 1024, in [1 B, 1 TiB]); eplb.Error ("invalid argument") with the CLI's message otherwise."""
+    return _eplb.parse_byte_size(text, "--max-input-bytes")
 
 
 def _read_bytes(path: str, max_bytes: int) -> bytes:

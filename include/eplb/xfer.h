@@ -132,7 +132,8 @@ struct AgentConfig {
   // seal (else Mismatch, before the backend sees any of its bytes: a peer
   // without the secret cannot make this agent connect or unpack a key).
   // Empty: EPLB_RUN_SECRET from the environment when set (`eplb run`'s
-  // launcher gives its ranks one), else none (metadata is only checksummed).
+  // launcher gives its ranks one; 64 lowercase hex digits, else
+  // Agent::create is InvalidArgument), else none (metadata is only checksummed).
   std::string secret;
 };
 

@@ -20,12 +20,7 @@ Result<int> parse_env_int(const char* name, const char* value, int low, int high
 
 // EPLB_RUN_SECRET (64 hex digits) and EPLB_LAUNCHER_PID, both optional.
 Status read_launch_credentials(LocalGroupOptions& options) {
-  if (const char* secret = std::getenv("EPLB_RUN_SECRET")) {
-    std::string_view text(secret);
-    if (text.size() != 64 || text.find_first_not_of("0123456789abcdef") != std::string_view::npos)
-      return error(Code::InvalidArgument, "EPLB_RUN_SECRET is not 64 lowercase hex digits");
-    options.secret = secret;
-  }
+  EPLB_ASSIGN_OR_RETURN(options.secret, text::job_secret_from_environment());
   if (const char* pid = std::getenv("EPLB_LAUNCHER_PID")) {
     EPLB_ASSIGN_OR_RETURN(options.launcher_pid, parse_env_int("EPLB_LAUNCHER_PID", pid, 1, 1 << 22));
   }

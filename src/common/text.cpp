@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 namespace eplb::text {
 namespace {
@@ -109,6 +110,16 @@ Result<int64_t> parse_int_in(std::string_view text, std::string_view what, int64
   if (!value || *value < low || *value > high)
     return error(Code::InvalidArgument, fmt::format("{} '{}' is not an integer in [{}, {}]", what, text, low, high));
   return value;
+}
+
+Result<std::string> job_secret_from_environment() {
+  const char* secret = std::getenv("EPLB_RUN_SECRET");
+  if (secret == nullptr) return std::string();
+  const std::string_view text(secret);
+  if (text.size() != 64 || text.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+    return error(Code::InvalidArgument,
+                 fmt::format("EPLB_RUN_SECRET is not 64 lowercase hex digits ({} characters)", text.size()));
+  return std::string(text);
 }
 
 }  // namespace eplb::text

@@ -26,6 +26,12 @@ std::vector<std::string_view> split(std::string_view text, char separator);
 // Without leading and trailing spaces and tabs.
 std::string_view trim(std::string_view text);
 
+// The job's secret from EPLB_RUN_SECRET (the one place that reads it):
+// "" when unset; InvalidArgument unless 64 lowercase hex digits (what `eplb
+// run`'s launcher gives its ranks; a Python job sets the same in every
+// process, e.g. `secrets.token_hex(32)`).
+Result<std::string> job_secret_from_environment();
+
 // The whole text as a number. `what` names it in the error
 // ("EPLB_RANK", "seed", "block size").
 Result<int64_t> parse_int(std::string_view text, std::string_view what);

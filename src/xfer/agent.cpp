@@ -5,6 +5,7 @@
 #include <set>
 
 #include "agent_impl.h"
+#include "common/text.h"
 
 namespace eplb::xfer {
 
@@ -43,9 +44,14 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
     if (!faulty) return faulty.status().with_context("agent " + config.name);
     chosen = std::move(faulty).value();
   }
+  std::string secret = config.secret;
+  if (secret.empty()) {
+    auto job_secret = text::job_secret_from_environment();
+    if (!job_secret) return job_secret.status().with_context("agent " + config.name);
+    secret = std::move(job_secret).value();
+  }
   auto impl = std::make_unique<Impl>(config.name, std::move(chosen), config.map_peer_memory_eagerly);
-  const char* job_secret = std::getenv("EPLB_RUN_SECRET");
-  impl->set_secret(!config.secret.empty() ? config.secret : job_secret ? job_secret : "");
+  impl->set_secret(secret);
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 

@@ -135,7 +135,8 @@ TEST(MetadataTrust, AForgedRegionLengthNeedsTheSecret) {
 }
 
 TEST(MetadataTrust, TheJobsSecretComesFromTheEnvironment) {
-  ::setenv("EPLB_RUN_SECRET", "from-the-launcher", 1);
+  const std::string launchers(64, 'c');  // 64 lowercase hex digits, as `eplb run` gives its ranks
+  ::setenv("EPLB_RUN_SECRET", launchers.c_str(), 1);
   auto target = ucx_agent("target");
   auto reader = ucx_agent("reader");
   ::unsetenv("EPLB_RUN_SECRET");
@@ -143,10 +144,27 @@ TEST(MetadataTrust, TheJobsSecretComesFromTheEnvironment) {
   ASSERT_TRUE(target && reader && open);
   auto sealed = target->export_metadata();
   ASSERT_TRUE(sealed);
-  EXPECT_TRUE(decode_metadata(*sealed, "from-the-launcher"));
+  EXPECT_TRUE(decode_metadata(*sealed, launchers));
   EXPECT_FALSE(decode_metadata(*sealed, "something-else"));
   EXPECT_TRUE(reader->load_metadata(*sealed));
   EXPECT_FALSE(reader->load_metadata(*open->export_metadata()));
+}
+
+
+// The one reader of EPLB_RUN_SECRET (common/text.h) refuses a malformed one:
+// an agent is not made with a secret the launcher could not have given.
+TEST(MetadataTrust, AMalformedSecretInTheEnvironmentIsRefused) {
+  ::setenv("EPLB_RUN_SECRET", "from-the-launcher", 1);
+  AgentConfig config;
+  config.name = "target";
+  config.backend = "ucx";
+  config.transports = "posix,cma,self";
+  auto agent = Agent::create(config);
+  ::unsetenv("EPLB_RUN_SECRET");
+  ASSERT_FALSE(agent);
+  EXPECT_EQ(agent.status().code(), Code::InvalidArgument);
+  EXPECT_THAT(agent.status().message(), HasSubstr("EPLB_RUN_SECRET is not 64 lowercase hex digits (17 characters)"));
+  EXPECT_THAT(agent.status().message(), HasSubstr("agent target"));
 }
 
 }  // namespace

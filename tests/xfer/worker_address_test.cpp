@@ -59,14 +59,22 @@ void expect_mismatch(const std::vector<uint8_t>& crafted, const WorkerAddressSha
   EXPECT_THAT(checked.message(), HasSubstr("forger"));
 }
 
-class WorkerAddress : public ::testing::TestWithParam<std::string> {};
+// A real address of an agent on the parameter's transports, and its shape.
+class WorkerAddress : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    agent = agent_on("target", GetParam());
+    ASSERT_TRUE(agent);
+    address = address_of(*agent);
+    shape = shape_of(address);
+    ASSERT_FALSE(shape.interfaces.empty());
+  }
+  std::unique_ptr<Agent> agent;
+  std::vector<uint8_t> address;
+  WorkerAddressShape shape;
+};
 
 TEST_P(WorkerAddress, ARealAddressWalksAndEveryTruncationIsRefused) {
-  auto agent = agent_on("target", GetParam());
-  ASSERT_TRUE(agent);
-  const std::vector<uint8_t> address = address_of(*agent);
-  const WorkerAddressShape shape = shape_of(address);
-  ASSERT_FALSE(shape.interfaces.empty());
   EXPECT_TRUE(check_worker_address(address, shape, "target"));
   for (size_t length = 0; length < address.size(); ++length) {
     std::vector<uint8_t> cut(address.begin(), address.begin() + length);
@@ -78,11 +86,6 @@ TEST_P(WorkerAddress, ARealAddressWalksAndEveryTruncationIsRefused) {
 }
 
 TEST_P(WorkerAddress, CraftedFieldsAreRefusedNamingWhatAndWhere) {
-  auto agent = agent_on("target", GetParam());
-  ASSERT_TRUE(agent);
-  const std::vector<uint8_t> address = address_of(*agent);
-  const WorkerAddressShape shape = shape_of(address);
-  ASSERT_FALSE(shape.interfaces.empty());
   std::vector<uint8_t> crafted = address;
   crafted[0] = uint8_t((crafted[0] & 0xf0) | 0x07);
   expect_mismatch(crafted, shape, "unknown address format 8");
@@ -99,11 +102,7 @@ TEST_P(WorkerAddress, CraftedFieldsAreRefusedNamingWhatAndWhere) {
 }
 
 TEST_P(WorkerAddress, AKnownTransportAtAnotherLengthIsRefused) {
-  auto agent = agent_on("target", GetParam());
-  ASSERT_TRUE(agent);
-  const std::vector<uint8_t> address = address_of(*agent);
-  WorkerAddressShape local = shape_of(address);
-  ASSERT_FALSE(local.interfaces.empty());
+  WorkerAddressShape local = shape;
   local.interfaces[0].interface_length += 1;  // as if this process's UCX packed it one byte longer
   Status checked = check_worker_address(address, local, "forger").status();
   ASSERT_FALSE(checked);

@@ -4,7 +4,10 @@
 // Mismatch, and reads only inside the address (the input is copied to an
 // exact-size buffer, so ASan sees a read past it). An accepted address's
 // entries lie inside it, in order. The local shape it is checked against is
-// the seed corpus's real address (self, sysv, posix, cma over UCX 1.13).
+// the seed corpus's real address (self, sysv, posix, cma over UCX 1.13),
+// unmeasured: no shared-memory segment is probed (no file is opened or
+// segment attached for fuzzed bytes; tests/xfer/worker_address_test.cpp
+// covers the probes).
 #include <cstdint>
 #include <cstdlib>
 #include <vector>

@@ -114,7 +114,7 @@ Result<int64_t> parse_int_in(std::string_view text, std::string_view what, int64
 
 Result<std::string> job_secret_from_environment() {
   const char* secret = std::getenv("EPLB_RUN_SECRET");
-  if (secret == nullptr) return std::string();
+  if (secret == nullptr || *secret == '\0') return std::string();  // set but empty: none, as unset
   const std::string_view text(secret);
   if (text.size() != 64 || text.find_first_not_of("0123456789abcdef") != std::string_view::npos)
     return error(Code::InvalidArgument,

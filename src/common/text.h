@@ -27,7 +27,7 @@ std::vector<std::string_view> split(std::string_view text, char separator);
 std::string_view trim(std::string_view text);
 
 // The job's secret from EPLB_RUN_SECRET (the one place that reads it):
-// "" when unset; InvalidArgument unless 64 lowercase hex digits (what `eplb
+// "" when unset or empty; InvalidArgument unless 64 lowercase hex digits (what `eplb
 // run`'s launcher gives its ranks; a Python job sets the same in every
 // process, e.g. `secrets.token_hex(32)`).
 Result<std::string> job_secret_from_environment();

@@ -24,6 +24,12 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
   for (char c : config.name)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
       return error(Code::InvalidArgument, "agent name contains a control character");
+  std::string secret = config.secret;  // before any backend is made: a bad one stops here
+  if (secret.empty()) {
+    auto job_secret = text::job_secret_from_environment();
+    if (!job_secret) return job_secret.status().with_context("agent " + config.name);
+    secret = std::move(job_secret).value();
+  }
   Result<std::unique_ptr<Backend>> backend = error(Code::InvalidArgument, "");
   if (config.backend == "ucx")
     backend = make_ucx_backend(config);
@@ -43,12 +49,6 @@ Result<std::unique_ptr<Agent>> Agent::create(const AgentConfig& config) {
     auto faulty = make_faulty_backend(std::move(chosen), config.fault_spec);
     if (!faulty) return faulty.status().with_context("agent " + config.name);
     chosen = std::move(faulty).value();
-  }
-  std::string secret = config.secret;
-  if (secret.empty()) {
-    auto job_secret = text::job_secret_from_environment();
-    if (!job_secret) return job_secret.status().with_context("agent " + config.name);
-    secret = std::move(job_secret).value();
   }
   auto impl = std::make_unique<Impl>(config.name, std::move(chosen), config.map_peer_memory_eagerly);
   impl->set_secret(secret);
@@ -223,7 +223,7 @@ Status Agent::Impl::add_remote_regions(PeerState& peer, const AgentMetadata& met
               "agent {}: metadata of agent {} changed region {} since it was loaded; invalidate_peer(\"{}\") first",
               name_, peer.name, region.id, peer.name));
     }
-    auto key = backend_->unpack_remote_key(*peer.connection, region.packed_key);
+    auto key = backend_->unpack_remote_key(*peer.connection, region.packed_key, {region.address, region.length});
     if (!key)
       return key.status().with_context(
           fmt::format("agent {}: remote key of region {} of agent {}", name_, region.id, peer.name));

@@ -73,6 +73,12 @@ class BackendRequest {
   virtual bool repost() { return false; }
 };
 
+// The remote region a packed key is for (RegionMetadata's address, length).
+struct KeyRegion {
+  uint64_t address = 0;
+  uint64_t length = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -92,8 +98,12 @@ class Backend {
   }
   virtual Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
                                                        std::span<const uint8_t> connection_info) = 0;
+  // `region` is the region the key is for, as the peer's metadata gives
+  // it (address and length in the peer's address space): a backend whose
+  // keys carry their own geometry checks that the key covers it.
   virtual Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer,
-                                                                      std::span<const uint8_t> packed_key) = 0;
+                                                                      std::span<const uint8_t> packed_key,
+                                                                      const KeyRegion& region) = 0;
 
   // Starts the transfer of all segments; when they have landed, delivers
   // `notification` (if not empty) to the peer as coming from `self_name`.

@@ -185,9 +185,9 @@ class CmaBackend final : public Backend {
     if (host_.same_host(peer_host) && peer_host.pid != 0) peer->pid = peer_host.pid;
     return std::unique_ptr<BackendPeer>(std::move(peer));
   }
-  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer,
-                                                              std::span<const uint8_t> packed_key) override {
-    return inner_->unpack_remote_key(*static_cast<CmaPeer&>(peer).inner, packed_key);
+  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer, std::span<const uint8_t> packed_key,
+                                                              const KeyRegion& region) override {
+    return inner_->unpack_remote_key(*static_cast<CmaPeer&>(peer).inner, packed_key, region);
   }
   Result<std::unique_ptr<BackendRequest>> post(Operation op, BackendPeer& peer, std::span<const TransferSegment> segments,
                                                const std::string& self_name, const std::string& notification) override {

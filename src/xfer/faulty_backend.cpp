@@ -198,9 +198,9 @@ class FaultyBackend final : public Backend {
                                                std::span<const uint8_t> connection_info) override {
     return inner_->connect(peer_name, connection_info);
   }
-  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer,
-                                                              std::span<const uint8_t> packed_key) override {
-    return inner_->unpack_remote_key(peer, packed_key);
+  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer, std::span<const uint8_t> packed_key,
+                                                              const KeyRegion& region) override {
+    return inner_->unpack_remote_key(peer, packed_key, region);
   }
 
   Result<std::unique_ptr<BackendRequest>> post(Operation op, BackendPeer& peer, std::span<const TransferSegment> segments,

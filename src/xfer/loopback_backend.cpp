@@ -143,8 +143,8 @@ class LoopbackBackend final : public Backend {
     return std::unique_ptr<BackendPeer>(std::move(peer));
   }
 
-  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer,
-                                                              std::span<const uint8_t> packed) override {
+  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer, std::span<const uint8_t> packed,
+                                                              const KeyRegion&) override {
     auto& loopback_peer = static_cast<LoopbackPeer&>(peer);
     if (packed.size() != kKeyLength || std::memcmp(packed.data(), kKeyMagic, 4) != 0)
       return error(Code::Mismatch, fmt::format("loopback: malformed remote key ({} bytes)", packed.size()));

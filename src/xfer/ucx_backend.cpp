@@ -17,6 +17,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <set>
 
@@ -208,10 +210,14 @@ void on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status) {
 // hand it (md map, memory type, one size byte and up to 255 bytes per md).
 constexpr size_t kRemoteKeyPadding = 8 + 1 + 64 * 256 + 64;
 constexpr size_t kMaxConnectionInfoBytes = 1 << 16;
+// Zeros after a peer's worker address (see connect): more than any
+// transport's device or interface address (each at most 255 B long).
+constexpr size_t kAddressPadding = 512;
 
 }  // namespace
 
-Status check_packed_key(std::span<const uint8_t> key, const std::string& peer, const WorkerAddressShape* remote) {
+Status check_packed_key(std::span<const uint8_t> key, const std::string& peer, const WorkerAddressShape* remote,
+                        const KeyRegion& region) {
   auto bad = [&](size_t at, const std::string& what) {
     return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} ({} bytes): {} at offset {}",
                                              peer, key.size(), what, at));
@@ -227,7 +233,7 @@ Status check_packed_key(std::span<const uint8_t> key, const std::string& peer, c
     if (at >= key.size()) return bad(at, fmt::format("no size for md {}", md));
     const size_t length = key[at];
     if (at + 1 + length > key.size()) return bad(at, fmt::format("md {}'s {} bytes run past the key", md, length));
-    if (remote != nullptr) EPLB_TRY(check_key_part(md, key.subspan(at + 1, length), *remote, peer));
+    if (remote != nullptr) EPLB_TRY(check_key_part(md, key.subspan(at + 1, length), *remote, region, peer));
     at += 1 + length;
   }
   return Status::ok();
@@ -320,8 +326,10 @@ class UcxBackend final : public Backend {
     }
     auto checked = check_worker_address(connection_info, shape_, peer_name);
     if (!checked) return checked.status();
-    // UCX parses the address itself; give it an aligned private copy.
-    std::vector<uint64_t> address((connection_info.size() + 7) / 8 + 1, 0);
+    // UCX parses the address itself; give it an aligned private copy, with
+    // zeros after it: a transport reads its device and interface addresses
+    // at the sizes it expects, which may run past a short one.
+    std::vector<uint64_t> address((connection_info.size() + kAddressPadding + 7) / 8, 0);
     std::memcpy(address.data(), connection_info.data(), connection_info.size());
 
     auto peer = std::make_shared<UcxPeerState>();
@@ -364,8 +372,8 @@ class UcxBackend final : public Backend {
     return status;
   }
 
-  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer,
-                                                              std::span<const uint8_t> packed_key) override {
+  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer& peer, std::span<const uint8_t> packed_key,
+                                                              const KeyRegion& region) override {
     auto* ucx_peer = dynamic_cast<UcxPeer*>(&peer);
     if (ucx_peer == nullptr) return error(Code::Internal, "ucx backend: peer handle of another backend");
     const auto& state = ucx_peer->state();
@@ -373,7 +381,7 @@ class UcxBackend final : public Backend {
       return error(Code::Mismatch, fmt::format("ucx backend: packed remote key of peer {} has {} bytes", state->name,
                                                packed_key.size()));
     }
-    EPLB_TRY(check_packed_key(packed_key, state->name, &state->address));
+    EPLB_TRY(check_packed_key(packed_key, state->name, &state->address, region));
     // The packed key carries no length of its own: a zero tail keeps a
     // truncated key from making UCX read past our copy.
     std::vector<uint8_t> padded(packed_key.size() + kRemoteKeyPadding, 0);
@@ -526,6 +534,15 @@ Status create_worker(UcxWorkerState& state, const std::string& name) {
   return Status::ok();
 }
 
+// UCX's unified mode packs no address lengths (each side takes its own).
+bool unified_mode() {
+  const char* value = std::getenv("UCX_UNIFIED_MODE");
+  if (value == nullptr) return false;
+  std::string text(value);
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text == "y" || text == "yes" || text == "on" || text == "1" || text == "true";
+}
+
 Result<std::vector<uint8_t>> worker_address(UcxWorkerState& state) {
   ucp_address_t* address = nullptr;
   size_t address_length = 0;
@@ -560,12 +577,13 @@ Result<std::unique_ptr<Backend>> make_ucx_backend(const AgentConfig& config) {
   EPLB_ASSIGN_OR_RETURN(std::vector<uint8_t> address, worker_address(*state));
   // Peers' addresses are checked against this one's layout before UCX reads them.
   auto shape = read_worker_address(address, "this process");
-  if (shape) measure_segments(address, *shape);
-  if (!shape) {
+  if (!shape || unified_mode()) {
     return error(Code::Unsupported, fmt::format("{}: a peer's address could not be checked before UCX reads it (UCX "
                                                 "{}; unified mode, UCX_UNIFIED_MODE, is not supported)",
-                                                shape.status().message(), ucp_get_version_string()));
+                                                shape ? "UCX_UNIFIED_MODE is on" : shape.status().message(),
+                                                ucp_get_version_string()));
   }
+  measure_segments(address, *shape);
   return std::unique_ptr<Backend>(
       std::make_unique<UcxBackend>(std::move(state), std::move(address), std::move(*shape), description));
 }

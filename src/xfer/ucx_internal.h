@@ -41,18 +41,25 @@ Status status_for(ucs_status_t status, const std::string& context);
 
 // The parts of a packed UCX worker address that UCX's unpacker and its
 // transports take on trust (ucx_address.cpp has the layout).
+enum class AddressFormat { V1, V2 };  // UCX's packed address formats
 struct WorkerAddressShape {
-  int format = 0;  // UCX's address format: 0 = v1, 1 = v2
+  AddressFormat format = AddressFormat::V1;
   struct Interface {
     uint16_t checksum = 0;  // of the transport's name
     size_t device_length = 0, interface_length = 0;
     size_t offset = 0;  // where its entry starts
     size_t device_offset = 0, interface_offset = 0;  // where its addresses start
-    // Shared-memory transports: the size of the FIFO segment the interface
-    // address names (measure_segments; this process's own address only).
-    std::optional<uint64_t> segment_size;
-    std::vector<uint8_t> device_address;  // with segment_size: the host's id
     int md_index = 0;  // the md (in the address owner's numbering) its packed keys use
+    // This process's own shared-memory interfaces (measure_segments): the
+    // size of the FIFO segment the interface address names, and the device
+    // and interface addresses (the host's id; the segment id, namespace or
+    // path that follow it).
+    std::optional<uint64_t> segment_size;
+    std::vector<uint8_t> device_address, interface_address;
+    // A peer's shared-memory interface that UCX would reach (this host, this
+    // namespace: check_shared_memory, which also keeps its interface_address);
+    // only those are probed, here and in keys.
+    bool on_this_host = false;
   };
   std::vector<Interface> interfaces;
 };
@@ -172,23 +179,33 @@ Result<std::unique_ptr<BackendRequest>> post_ucx_request(Operation op, const std
 // type u8 (< UCS_MEMORY_TYPE_LAST) | per md in the map: size u8 + that many
 // bytes, all inside the key. Mismatch naming the peer and the offset otherwise.
 // With `remote` (the peer's checked worker address), each md's part of the
-// key is also checked by the shared-memory transport the address puts at
-// that md (check_key_part): the segment it names is there and large enough.
+// key is also checked by the shared-memory transport on this host the
+// address puts at that md (check_key_part): the segment it names opens,
+// holds the key's length, and the key covers `region`.
 Status check_packed_key(std::span<const uint8_t> key, const std::string& peer,
-                        const WorkerAddressShape* remote = nullptr);
+                        const WorkerAddressShape* remote = nullptr, const KeyRegion& region = {});
 
 // Walks a packed worker address, every field inside `address` and nothing
 // after the last device; Mismatch naming `whose` and the offset otherwise.
 Result<WorkerAddressShape> read_worker_address(std::span<const uint8_t> address, const std::string& whose);
-// A key's part for `md`, against the transports `remote` puts at that md.
+// A key's part for `md`, against the shared-memory transports on this host
+// `remote` puts at that md: not empty, its segment can be opened (posix) or
+// attached (sysv) as UCX will, and the part's mapping covers `region`.
 Status check_key_part(int md, std::span<const uint8_t> part, const WorkerAddressShape& remote,
-                      const std::string& peer);
-// Sets segment_size of `shape`'s shared-memory interfaces (posix, sysv)
-// whose segment can be found: the FIFO sizes this process's UCX maps.
+                      const KeyRegion& region, const std::string& peer);
+// Sets segment_size (and device_address, interface_address) of `shape`'s
+// shared-memory interfaces (posix, sysv) whose segment can be found: the
+// FIFO sizes this process's UCX maps (ucx_shared_memory.cpp).
 void measure_segments(std::span<const uint8_t> address, WorkerAddressShape& shape);
-// A peer's address walks cleanly, is in `local`'s format, and gives every
-// transport `local` also has the address lengths `local` has for it; a
-// shared-memory interface names a segment at least as large as local's FIFO.
+// Marks the shared-memory interfaces of a peer's `remote` address that UCX
+// would reach from `local` (measured) on_this_host, and checks the FIFO
+// segment each names (Mismatch naming the peer otherwise).
+Status check_shared_memory(std::span<const uint8_t> address, WorkerAddressShape& remote,
+                           const WorkerAddressShape& local, const std::string& peer);
+// A peer's address walks cleanly; each of its shared-memory interfaces that
+// UCX would reach (same host id and namespace as one of `local`'s, measured)
+// is marked on_this_host and names a segment at least as large as local's
+// FIFO, in local's directory when it names one by path.
 Result<WorkerAddressShape> check_worker_address(std::span<const uint8_t> address, const WorkerAddressShape& local,
                                                 const std::string& peer);
 

@@ -39,7 +39,7 @@ struct CountingBackend final : Backend {
   Result<std::unique_ptr<BackendPeer>> connect(const std::string&, std::span<const uint8_t>) override {
     return std::make_unique<BackendPeer>();
   }
-  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer&, std::span<const uint8_t>) override {
+  Result<std::unique_ptr<BackendRemoteKey>> unpack_remote_key(BackendPeer&, std::span<const uint8_t>, const KeyRegion&) override {
     return Status(Code::Unsupported, "counting");
   }
   Result<std::unique_ptr<BackendRequest>> post(Operation, BackendPeer&, std::span<const TransferSegment>,

@@ -61,7 +61,7 @@ TEST_P(UcxBackendTest, ReadAndWriteManySegmentsWithNotification) {
 
   auto peer = a.backend->connect("agent-b", b.backend->connection_info());
   ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
-  auto rkey = a.backend->unpack_remote_key(**peer, b.memory->packed_remote_key());
+  auto rkey = a.backend->unpack_remote_key(**peer, b.memory->packed_remote_key(), {});
   ASSERT_TRUE(rkey.is_ok()) << rkey.status().to_string();
 
   // READ: 16 segments of varying sizes from b's buffer into a's, shifted.
@@ -137,7 +137,7 @@ TEST_P(UcxBackendTest, ReleasingARunningRequestCancelsCleanlyAndTheBackendKeepsW
   Side b = make_side("b", kBytes, 2);
   auto peer = a.backend->connect("b", b.backend->connection_info());
   ASSERT_TRUE(peer.is_ok());
-  auto rkey = a.backend->unpack_remote_key(**peer, b.memory->packed_remote_key());
+  auto rkey = a.backend->unpack_remote_key(**peer, b.memory->packed_remote_key(), {});
   ASSERT_TRUE(rkey.is_ok());
   std::vector<TransferSegment> whole{
       {a.buffer.data(), a.memory.get(), reinterpret_cast<uint64_t>(b.buffer.data()), rkey->get(), kBytes}};
@@ -163,12 +163,12 @@ TEST_P(UcxBackendTest, BadConnectionInfoAndKeysAreRejectedWithoutCrashing) {
   auto peer = a.backend->connect("b", b.backend->connection_info());
   ASSERT_TRUE(peer.is_ok());
   auto key = b.memory->packed_remote_key();
-  auto no_key = a.backend->unpack_remote_key(**peer, std::span<const uint8_t>());
+  auto no_key = a.backend->unpack_remote_key(**peer, std::span<const uint8_t>(), {});
   EXPECT_FALSE(no_key.is_ok());
   // A truncated key must not make UCX read outside our copy (ASan checks);
   // whether UCX accepts the prefix is its business.
   for (size_t length = 1; length < key.size(); ++length) {
-    auto truncated = a.backend->unpack_remote_key(**peer, std::span<const uint8_t>(key.data(), length));
+    auto truncated = a.backend->unpack_remote_key(**peer, std::span<const uint8_t>(key.data(), length), {});
     (void)truncated;
   }
   const MemoryRegion device{b.buffer.data(), 16, MemoryKind::Device, 0};
@@ -182,7 +182,7 @@ TEST_P(UcxBackendTest, TeardownInAnyOrder) {
   Side b = make_side("b", 1 << 16, 2);
   auto peer = a.backend->connect("b", b.backend->connection_info());
   ASSERT_TRUE(peer.is_ok());
-  auto rkey = a.backend->unpack_remote_key(**peer, b.memory->packed_remote_key());
+  auto rkey = a.backend->unpack_remote_key(**peer, b.memory->packed_remote_key(), {});
   ASSERT_TRUE(rkey.is_ok());
   std::vector<TransferSegment> whole{
       {a.buffer.data(), a.memory.get(), reinterpret_cast<uint64_t>(b.buffer.data()), rkey->get(), 1 << 16}};

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,27 @@ inline void use_ucx_transport(const std::string& transport) {
     unsetenv("UCX_NET_DEVICES");
   }
 }
+
+// Sets (a value) or unsets (nullopt) an environment variable for its
+// lifetime, then restores what was there.
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value->c_str(), 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedVariable() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 // Deterministic content: byte i of a buffer seeded with `seed`.
 inline uint8_t pattern_byte(uint64_t seed, uint64_t i) {

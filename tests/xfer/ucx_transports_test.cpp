@@ -9,30 +9,17 @@
 #include <string>
 
 #include "agent_fixture.h"
+#include "ucx_test_util.h"
 
 namespace eplb::xfer::testing {
 namespace {
+
+using test::ScopedVariable;
 
 using ::testing::Contains;
 using ::testing::Not;
 
 // Sets (or unsets) an environment variable for one test, then restores it.
-class ScopedVariable {
- public:
-  ScopedVariable(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value->c_str(), 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedVariable() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 struct Pair {
   std::unique_ptr<Agent> a, b;

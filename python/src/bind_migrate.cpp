@@ -208,10 +208,6 @@ RoundResult Migration::migrate(const IndexArray& old_phy2log, const IndexArray& 
   return result(std::move(report));
 }
 
-RowRef row_of(const py::tuple& row) {
-  return {row[0].cast<int>(), row[1].cast<int>(), RowBuffer(row[2].cast<int>())};
-}
-
 // receives: (source rank, source slot, destination local slot, expert);
 // sends: (destination rank, source local slot, destination slot, expert).
 RoundResult Migration::exchange(int layer, const std::vector<py::tuple>& receives, const std::vector<py::tuple>& sends,

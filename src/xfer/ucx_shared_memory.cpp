@@ -89,8 +89,10 @@ std::string file_size(const std::string& path, uint64_t* size, const MapProbe& p
   return "";
 }
 
-// `interface` is the posix address after its segment id (a path, or the pid
-// namespace); `local_tail` the same of this process's own posix interface.
+// The posix segment `segment` names, its size (and, with `map_length`, a
+// trial mapping). `tail` is what follows the segment id in the peer's
+// address or key (a path, or the pid namespace); `local_tail` the same of
+// this process's own posix interface.
 std::string posix_file_size(uint64_t segment, std::span<const uint8_t> tail, std::span<const uint8_t> local_tail,
                             uint64_t* size, uint64_t map_length = 0) {
   const uint64_t id = segment & kPosixIdMask;

@@ -249,6 +249,9 @@ def explicit_store(rank: int, world: int) -> dict:
     fill(weights, old, rank)
     report = eplb.Migrator(weights, group=group, timeout=20).migrate(old, new)
     keys = store.num_keys()  # eplb's check-in counters live here (plus the store's own)
+    # Rank 0 serves the store: it must outlive every rank's last use of it (rank 0 leaving first
+    # shut it down under a slower rank 1's num_keys(): "Failed to recv ... connection closed").
+    dist.barrier()
     try:
         eplb.ProcessGroup.from_torch(None, store="127.0.0.1:29500")
         refused = None

@@ -89,15 +89,18 @@ def run_ranks(tmp_path: Path, world: int, target, *args, timeout: float = 120.0)
         context.processes[rank].kill()
         context.processes[rank].join(10)
     assert not overran, f"ranks {overran} did not finish within {timeout} s"
-    results = []
+    results, failures, silent = [], [], []
     for rank, process in enumerate(context.processes):
         path = out / f"rank{rank}.json"
         if not path.exists():
             results.append(process.exitcode)
+            silent.append(f"rank {rank} exited with {process.exitcode} and wrote no result")
             continue
         value = json.loads(path.read_text())
         assert "error" in value or "ok" in value
         if "error" in value:
-            raise AssertionError(f"rank {rank} failed: {value['traceback']}")
-        results.append(value["ok"])
+            failures.append(f"rank {rank} failed: {value['traceback']}")
+        results.append(value.get("ok"))
+    if failures:  # every rank's: the first cause is often on another rank than rank 0
+        raise AssertionError("\n".join(failures + silent))
     return results

@@ -144,13 +144,14 @@ Status read_interface(Walk& walk, AddressFormat format, int md_index, size_t dev
   auto length = walk.extended(*flags, kInterfaceLengthMask, format);
   const size_t interface_at = walk.at();
   if (!length || !walk.skip(*length)) return walk.fail("the interface address runs past the address");
-  shape.interfaces.push_back({.checksum = checksum,
-                              .device_length = device_length,
-                              .interface_length = *length,
-                              .offset = starts,
-                              .device_offset = device_at,
-                              .interface_offset = interface_at,
-                              .md_index = md_index});
+  WorkerAddressShape::Interface& entry = shape.interfaces.emplace_back();
+  entry.checksum = checksum;
+  entry.device_length = device_length;
+  entry.interface_length = *length;
+  entry.offset = starts;
+  entry.device_offset = device_at;
+  entry.interface_offset = interface_at;
+  entry.md_index = md_index;
   return Status::ok();
 }
 

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/bytes.h"
 #include "ucx_internal.h"
 
 namespace eplb::xfer::ucx {
@@ -42,11 +43,8 @@ constexpr uint64_t kPosixProcfs = uint64_t(1) << 63, kPosixShmOpen = uint64_t(1)
 constexpr uint64_t kPosixHugePages = uint64_t(1) << 61, kPosixPidNamespace = uint64_t(1) << 60;
 constexpr uint64_t kPosixIdMask = (uint64_t(1) << 60) - 1;
 
-uint64_t little_u64(std::span<const uint8_t> bytes) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < 8 && i < bytes.size(); ++i) value |= uint64_t(bytes[i]) << (8 * i);
-  return value;
-}
+// The little-endian u64 at the start of `bytes` (callers check there are 8).
+uint64_t u64_of(std::span<const uint8_t> bytes) { return bytes::Reader(bytes).u64(); }
 
 bool same_bytes(std::span<const uint8_t> a, std::span<const uint8_t> b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end());
@@ -143,8 +141,8 @@ bool reachable(std::span<const uint8_t> address, const WorkerAddressShape::Inter
   if (kind != SharedMemory::Posix) return true;
   auto bytes = interface_bytes(address, theirs);
   if (bytes.size() < 8 || mine.interface_address.size() < 8) return true;  // refused by the size check
-  const bool their_namespace = little_u64(bytes) & kPosixPidNamespace;
-  const bool my_namespace = little_u64(mine.interface_address) & kPosixPidNamespace;
+  const bool their_namespace = u64_of(bytes) & kPosixPidNamespace;
+  const bool my_namespace = u64_of(mine.interface_address) & kPosixPidNamespace;
   if (their_namespace != my_namespace) return false;
   return !their_namespace || (bytes.size() >= 16 && mine.interface_address.size() >= 16 &&
                               same_bytes(bytes.subspan(8, 8), std::span(mine.interface_address).subspan(8, 8)));
@@ -155,8 +153,8 @@ std::string fifo_problem(std::span<const uint8_t> bytes, const WorkerAddressShap
   if (bytes.size() < 8) return fmt::format("an interface address of {} B, shorter than its segment id", bytes.size());
   uint64_t size = 0;
   std::string wrong = kind == SharedMemory::Sysv
-                          ? sysv_size(little_u64(bytes), &size)
-                          : posix_file_size(little_u64(bytes), bytes.subspan(8),
+                          ? sysv_size(u64_of(bytes), &size)
+                          : posix_file_size(u64_of(bytes), bytes.subspan(8),
                                             std::span(mine.interface_address).subspan(8), &size);
   if (wrong.empty() && size < *mine.segment_size)
     wrong = fmt::format("its segment has {} B, less than the {} B FIFO UCX would map", size, *mine.segment_size);
@@ -181,14 +179,14 @@ std::string key_problem(std::span<const uint8_t> part, SharedMemory kind, std::s
   uint64_t size = 0;
   if (kind == SharedMemory::Sysv) {
     if (part.size() < 12) return fmt::format("{} B, shorter than a sysv key's 12", part.size());
-    std::string wrong = sysv_size(little_u64(part.first(4)), &size);
-    return wrong.empty() ? geometry_problem(little_u64(part.subspan(4)), size, region) : wrong;
+    std::string wrong = sysv_size(bytes::Reader(part).u32(), &size);
+    return wrong.empty() ? geometry_problem(u64_of(part.subspan(4)), size, region) : wrong;
   }
   if (part.size() < 24) return fmt::format("{} B, shorter than a posix key's 24", part.size());
-  const uint64_t owner = little_u64(part.subspan(8)), length = little_u64(part.subspan(16));
+  const uint64_t owner = u64_of(part.subspan(8)), length = u64_of(part.subspan(16));
   if (length == 0) return "a posix key of an empty segment";
   auto tail = their_interface.size() > 8 ? their_interface.subspan(8) : std::span<const uint8_t>();
-  std::string wrong = posix_file_size(little_u64(part), part.subspan(24), tail, &size, length);
+  std::string wrong = posix_file_size(u64_of(part), part.subspan(24), tail, &size, length);
   if (wrong.empty() && size < length) wrong = fmt::format("a posix key of {} B on a segment of {} B", length, size);
   return wrong.empty() ? geometry_problem(owner, length, region) : wrong;
 }
@@ -215,8 +213,8 @@ void measure_segments(std::span<const uint8_t> address, WorkerAddressShape& shap
     auto bytes = interface_bytes(address, entry);
     if (kind == SharedMemory::None || bytes.size() < 8) continue;
     uint64_t size = 0;
-    const std::string wrong = kind == SharedMemory::Sysv ? sysv_size(little_u64(bytes), &size)
-                                                         : posix_file_size(little_u64(bytes), bytes.subspan(8),
+    const std::string wrong = kind == SharedMemory::Sysv ? sysv_size(u64_of(bytes), &size)
+                                                         : posix_file_size(u64_of(bytes), bytes.subspan(8),
                                                                            bytes.subspan(8), &size);
     if (!wrong.empty()) continue;
     entry.segment_size = size;

@@ -148,14 +148,19 @@ bool reachable(std::span<const uint8_t> address, const WorkerAddressShape::Inter
                               same_bytes(bytes.subspan(8, 8), std::span(mine.interface_address).subspan(8, 8)));
 }
 
+// The size of the FIFO segment an interface address (`bytes`, at least 8)
+// names; `local_interface` is this process's own of the same transport.
+std::string fifo_size(SharedMemory kind, std::span<const uint8_t> bytes, std::span<const uint8_t> local_interface,
+                      uint64_t* size) {
+  if (kind == SharedMemory::Sysv) return sysv_size(u64_of(bytes), size);
+  return posix_file_size(u64_of(bytes), bytes.subspan(8), local_interface.subspan(8), size);
+}
+
 // The FIFO segment a reachable interface names, against this process's own.
 std::string fifo_problem(std::span<const uint8_t> bytes, const WorkerAddressShape::Interface& mine, SharedMemory kind) {
   if (bytes.size() < 8) return fmt::format("an interface address of {} B, shorter than its segment id", bytes.size());
   uint64_t size = 0;
-  std::string wrong = kind == SharedMemory::Sysv
-                          ? sysv_size(u64_of(bytes), &size)
-                          : posix_file_size(u64_of(bytes), bytes.subspan(8),
-                                            std::span(mine.interface_address).subspan(8), &size);
+  std::string wrong = fifo_size(kind, bytes, mine.interface_address, &size);
   if (wrong.empty() && size < *mine.segment_size)
     wrong = fmt::format("its segment has {} B, less than the {} B FIFO UCX would map", size, *mine.segment_size);
   return wrong;
@@ -213,10 +218,7 @@ void measure_segments(std::span<const uint8_t> address, WorkerAddressShape& shap
     auto bytes = interface_bytes(address, entry);
     if (kind == SharedMemory::None || bytes.size() < 8) continue;
     uint64_t size = 0;
-    const std::string wrong = kind == SharedMemory::Sysv ? sysv_size(u64_of(bytes), &size)
-                                                         : posix_file_size(u64_of(bytes), bytes.subspan(8),
-                                                                           bytes.subspan(8), &size);
-    if (!wrong.empty()) continue;
+    if (!fifo_size(kind, bytes, bytes, &size).empty()) continue;
     entry.segment_size = size;
     auto device = address.subspan(entry.device_offset, entry.device_length);
     entry.device_address.assign(device.begin(), device.end());

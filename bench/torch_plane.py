@@ -9,16 +9,21 @@ Per round, alternating (bare, eplb, bare, eplb, ...) in the same two processes:
   separate buffer, as the plane's staging), then wait: no digest, no vote, no commit copy;
 - eplb: eplb.Migrator(transport="torch", data_group=gloo group).migrate(old, new): the C++ protocol
   (publication, digests of the source and landed rows, vote, copy commit) over the same rows.
+- floor: the bare round, then the digest of the landed rows (eplb's dev64, as the plane computes it):
+  the least a verified move must add (no source digest, vote or commit copy).
 Time of a round = the slower rank's. Condition: a long-lived process, the rows were touched by the
 previous round (warm, as a serving process's weights); --warmup rounds of each are left out.
 Printed: median and spread (min-max) of each, GB/s, the ratio bare/eplb time (goal >= 0.9), and
-eplb's own phases (digest, vote, commit) as a share of its round time (goal <= 10%).
+eplb's own phases (digest, vote, commit) as a share of its round time (goal <= 10%), the same ratio
+for the floor, and the CPU the bare round keeps busy (both ranks' user + system time over its wall
+time, in cores): where that is the machine's every core, nothing eplb adds can overlap the transfer.
 
 Usage: .venv/bin/python bench/torch_plane.py [--rounds 7] [--warmup 1] (wrap in flock /work/.cpu.lock)
 """
 import argparse
 import json
 import os
+import resource
 import socket
 import statistics
 import sys
@@ -42,11 +47,21 @@ def placements():
     return old, new
 
 
-def bare_round(dist, group, weights, staging, rank) -> float:
+def cpu_seconds() -> float:
+    """User + system CPU time of this process, all its threads (gloo's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def bare_round(dist, group, weights, staging, rank, digest: bool) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one bare round; with `digest`, each layer's landed rows are
+    digested once they are in."""
     import torch
 
+    from eplb.digest import digest_rows
+
     peer = 1 - rank
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     for layer, stage in zip(weights, staging):
         ops = []
         for tensor, landing in zip(layer, stage):
@@ -57,7 +72,10 @@ def bare_round(dist, group, weights, staging, rank) -> float:
                 ops.append(dist.P2POp(dist.irecv, land[slot], group=group, group_peer=peer))
         for work in dist.batch_isend_irecv(ops):
             work.wait()
-    return time.perf_counter() - start
+        if digest:
+            for landing in stage:
+                digest_rows(landing)
+    return time.perf_counter() - start, cpu_seconds() - cpu
 
 
 def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str, threads: int) -> None:
@@ -78,11 +96,12 @@ def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str, threads:
     old, new = placements()
     rows = []
     for index in range(warmup + rounds):
-        bare = bare_round(dist, data, weights, staging, rank)
+        bare, bare_cpu = bare_round(dist, data, weights, staging, rank, digest=False)
+        floor, _ = bare_round(dist, data, weights, staging, rank, digest=True)
         report = migrator.migrate(old, new) if index % 2 == 0 else migrator.migrate(new, old)
         layers = report["layers"]
         phases = {name: sum(item[f"seconds_{name}"] for item in layers) for name in PHASES}
-        rows.append({"bare": bare, "eplb": report["totals"]["seconds"], "bytes": report["totals"]["bytes_moved"],
+        rows.append({"bare": bare, "bare_cpu": bare_cpu, "floor": floor, "eplb": report["totals"]["seconds"], "bytes": report["totals"]["bytes_moved"],
                      **phases, "warmup": index < warmup})
     Path(out, f"rank{rank}.json").write_text(json.dumps(rows))
     dist.barrier()
@@ -94,7 +113,9 @@ def summarize(per_rank, warmup, threads) -> None:
     for index in range(len(per_rank[0])):
         both = [ranks[index] for ranks in per_rank]
         slowest = max(both, key=lambda row: row["eplb"])
-        rounds.append({"bare": max(row["bare"] for row in both), "eplb": slowest["eplb"], "bytes": slowest["bytes"],
+        rounds.append({"bare": max(row["bare"] for row in both), "floor": max(row["floor"] for row in both),
+                       "bare_cores": sum(row["bare_cpu"] for row in both) / max(row["bare"] for row in both),
+                       "eplb": slowest["eplb"], "bytes": slowest["bytes"],
                        "own": sum(slowest[name] for name in OWN), **{name: slowest[name] for name in PHASES},
                        "warmup": both[0]["warmup"]})
     kept = [row for row in rounds if not row["warmup"]]
@@ -111,6 +132,8 @@ def summarize(per_rank, warmup, threads) -> None:
           f"{len(kept)} paired rounds (+{warmup} warm-up each, left out), {threads} torch thread(s) per rank")
     print(f"{'path':<34}{'round time median (min-max)':<32}{'GB/s':>7}")
     print(f"{'bare batch_isend_irecv':<34}{spread(bare):<32}{moved / statistics.median(bare) / 1e9:>7.2f}")
+    floor = [row["floor"] for row in kept]
+    print(f"{'floor: bare + landed-row digest':<34}{spread(floor):<32}{moved / statistics.median(floor) / 1e9:>7.2f}")
     print(f"{'eplb Migrator, transport=torch':<34}{spread(ours):<32}{moved / statistics.median(ours) / 1e9:>7.2f}")
     print(f"ratio bare/eplb time (eplb's GB/s over bare's): median {statistics.median(ratios):.3f} "
           f"({min(ratios):.3f}-{max(ratios):.3f}); goal >= 0.9")
@@ -118,6 +141,12 @@ def summarize(per_rank, warmup, threads) -> None:
           ", ".join(f"{name} {statistics.median(row[name] for row in kept) * 1e3:.1f} ms" for name in PHASES))
     print(f"eplb's digest + vote + commit share of its round: median {statistics.median(shares) * 100:.1f}% "
           f"({min(shares) * 100:.1f}-{max(shares) * 100:.1f}%); goal <= 10%")
+    floors = [row["bare"] / row["floor"] for row in kept]
+    cores = [row["bare_cores"] for row in kept]
+    print(f"ratio bare/floor time: median {statistics.median(floors):.3f} ({min(floors):.3f}-{max(floors):.3f}): "
+          "the most any verified move could reach here")
+    print(f"CPU busy during the bare round (both ranks): median {statistics.median(cores):.2f} "
+          f"({min(cores):.2f}-{max(cores):.2f}) of {os.cpu_count()} cores")
 
 
 def main() -> None:

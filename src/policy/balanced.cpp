@@ -69,6 +69,48 @@ std::vector<int> greedy_replica_counts(std::span<const double> load, int num_slo
   return count;
 }
 
+namespace {
+
+// The expert with the best key among those `eligible` (ties: lowest expert), or -1.
+template <typename Eligible, typename Key>
+int best_expert(int experts, Eligible eligible, Key key) {
+  int best = -1;
+  for (int e = 0; e < experts; ++e)
+    if (eligible(e) && (best < 0 || key(e) > key(best))) best = e;
+  return best;
+}
+
+}  // namespace
+
+int recount_toward_greedy(std::vector<int32_t>& phy2log, std::span<const double> load, const Topology& topology,
+                          int max_changes) {
+  const int experts = int(load.size());
+  const std::vector<int> target = greedy_replica_counts(load, topology.num_slots);
+  std::vector<int> count(size_t(experts), 0);
+  for (int32_t e : phy2log) ++count[size_t(e)];
+  std::vector<double> rank_load;
+  int changes = 0;
+  for (; changes < max_changes; ++changes) {
+    const int gain = best_expert(
+        experts, [&](int e) { return count[size_t(e)] < target[size_t(e)]; },
+        [&](int e) { return load[size_t(e)] / count[size_t(e)]; });
+    const int lose = best_expert(
+        experts, [&](int e) { return count[size_t(e)] > target[size_t(e)]; },
+        [&](int e) { return -load[size_t(e)] / (count[size_t(e)] - 1); });
+    if (gain < 0 || lose < 0) break;
+    layer_rank_loads(phy2log, load, topology, rank_load);
+    int slot = -1;
+    for (int s = 0; s < topology.num_slots; ++s)
+      if (phy2log[size_t(s)] == lose && (slot < 0 || rank_load[size_t(topology.rank_of_slot(s))] >
+                                                         rank_load[size_t(topology.rank_of_slot(slot))]))
+        slot = s;
+    phy2log[size_t(slot)] = gain;
+    --count[size_t(lose)];
+    ++count[size_t(gain)];
+  }
+  return changes;
+}
+
 std::vector<int32_t> pack_replicas(std::span<const double> load, std::span<const int> count, const Topology& topology,
                                    bool anti_affinity) {
   const int per_rank = topology.slots_per_rank(), ranks = topology.num_ranks;

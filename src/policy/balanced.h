@@ -13,6 +13,15 @@ namespace eplb::policies {
 // expert with the largest load / count (ties: lowest expert).
 std::vector<int> greedy_replica_counts(std::span<const double> load, int num_slots);
 
+// Moves `phy2log`'s replica counts toward greedy_replica_counts by at most
+// `max_changes` slot re-targets, the most useful first: each takes a surplus
+// replica (of the expert whose replicas stay lightest, lowest load /
+// (count - 1); the replica on its most loaded rank) and gives the slot to the
+// expert furthest below its count (largest load / count). Ties: lowest
+// expert, lowest slot. Returns the slots rewritten.
+int recount_toward_greedy(std::vector<int32_t>& phy2log, std::span<const double> load, const Topology& topology,
+                          int max_changes);
+
 // Packs count[e] replicas of each expert (weight load / count) onto ranks of
 // slots_per_rank slots: heaviest replica first (ties: lowest expert), each to
 // the lightest rank with a free slot (ties: lowest rank), skipping ranks

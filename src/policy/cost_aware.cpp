@@ -3,7 +3,9 @@
 // per layer, that maximizes the tokens served until the next rebalance net
 // of the migration's stall (eplb/cluster.h, tokens_served), with the step
 // time set by the most loaded rank: sum over layers of the expected max
-// rank load (the noise-aware rank score of move_search.h).
+// rank load on the next window (layer_tools.h layer_expected_max_load: each
+// expert's load off by a relative sigma = 10%, the error incremental's
+// noise-aware rank score assumes).
 //
 // The choice: tokens J(M, S, sum of scores) depend on the layers only
 // through three sums (migration seconds M, stall S, scores). Starting from
@@ -26,7 +28,8 @@ namespace eplb::policies {
 
 namespace {
 
-constexpr double kNoiseWeight = 0.2;  // incremental's rank-score weight (incremental.cpp)
+constexpr double kNoiseWeight = 0.2;  // incremental's rank-score weight (incremental.cpp): 2 sigma ahead
+constexpr double kLoadSigma = 0.1;    // the relative error of a next-window expert load that weight assumes
 constexpr int kPasses = 32;
 
 struct Totals {
@@ -116,6 +119,7 @@ Result<CandidateSettings> settings_for(const PolicyOptions& options) {
                  fmt::format("cost-aware: bytes per expert must be finite and > 0, got {}", options.bytes_per_expert));
   settings.bytes_per_expert = options.bytes_per_expert;
   settings.noise_weight = kNoiseWeight;
+  settings.load_sigma = kLoadSigma;
   return settings;
 }
 

@@ -30,6 +30,18 @@ void layer_rank_loads(std::span<const int32_t> phy2log, std::span<const double> 
 double layer_balancedness(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology);
 double layer_max_load(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology);
 
+// E[max_r X_r] for independent X_r ~ Normal(mean[r], spread[r]^2) (a
+// spread of 0: the constant mean[r]); by quadrature over mean-6 to mean+6
+// spreads. Empty input: 0.
+double expected_max_of_normals(std::span<const double> mean, std::span<const double> spread);
+// The layer's expected largest rank load on the next window when every
+// expert's load there is off by a relative error of `sigma` (independent
+// across experts): rank r's load is Normal(L_r, sigma^2 Q_r), with Q_r the
+// sum over the experts r holds of (r's share of the expert's load)^2, so two
+// replicas of one expert on one rank count as one larger share.
+double layer_expected_max_load(std::span<const int32_t> phy2log, std::span<const double> load,
+                               const Topology& topology, double sigma);
+
 // True when some rank holds two replicas of one expert.
 bool violates_anti_affinity(std::span<const int32_t> phy2log, const Topology& topology);
 

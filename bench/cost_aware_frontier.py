@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 BUDGETS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3)
-INTERVALS = (0.5, 0.7, 1, 1.5, 2, 3, 5, 10, 30, 600)
+INTERVALS = (0.5, 0.7, 1, 1.5, 2, 3, 4, 5, 6, 10, 30, 60, 600)
 
 
 def simulate(eplb, trace, workdir, name, extra, interval=600):

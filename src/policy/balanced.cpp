@@ -80,6 +80,31 @@ int best_expert(int experts, Eligible eligible, Key key) {
   return best;
 }
 
+// The slot that gives up a replica of `lose` to `gain`: first on a rank not
+// holding `gain` yet, then on the most loaded rank (ties: lowest slot); -1
+// when no slot holds `lose`.
+int surplus_slot(std::span<const int32_t> phy2log, int lose, int gain, std::span<const double> rank_load,
+                 const Topology& topology) {
+  const int per_rank = topology.slots_per_rank();
+  auto holds_gain = [&](int rank) {
+    const auto first = phy2log.begin() + ptrdiff_t(rank) * per_rank;
+    return std::find(first, first + per_rank, gain) != first + per_rank;
+  };
+  int slot = -1;
+  bool slot_free = false;  // slot's rank does not hold `gain`
+  for (int s = 0; s < topology.num_slots; ++s) {
+    if (phy2log[size_t(s)] != lose) continue;
+    const int rank = topology.rank_of_slot(s);
+    const bool free = !holds_gain(rank);
+    if (slot < 0 || (free && !slot_free) ||
+        (free == slot_free && rank_load[size_t(rank)] > rank_load[size_t(topology.rank_of_slot(slot))])) {
+      slot = s;
+      slot_free = free;
+    }
+  }
+  return slot;
+}
+
 }  // namespace
 
 int recount_toward_greedy(std::vector<int32_t>& phy2log, std::span<const double> load, const Topology& topology,
@@ -99,11 +124,8 @@ int recount_toward_greedy(std::vector<int32_t>& phy2log, std::span<const double>
         [&](int e) { return -load[size_t(e)] / (count[size_t(e)] - 1); });
     if (gain < 0 || lose < 0) break;
     layer_rank_loads(phy2log, load, topology, rank_load);
-    int slot = -1;
-    for (int s = 0; s < topology.num_slots; ++s)
-      if (phy2log[size_t(s)] == lose && (slot < 0 || rank_load[size_t(topology.rank_of_slot(s))] >
-                                                         rank_load[size_t(topology.rank_of_slot(slot))]))
-        slot = s;
+    const int slot = surplus_slot(phy2log, lose, gain, rank_load, topology);
+    if (slot < 0) break;  // not a complete placement: `lose` is counted but held nowhere
     phy2log[size_t(slot)] = gain;
     --count[size_t(lose)];
     ++count[size_t(gain)];

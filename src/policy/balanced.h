@@ -1,4 +1,6 @@
-// balanced.h - the search behind the `balanced` policy (internal to src/policy/).
+// balanced.h - the search behind the `balanced` policy (internal to
+// src/policy/): greedy replica counts, packing, and recount_toward_greedy,
+// which the `cost-aware` policy's candidates also start from.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +18,11 @@ std::vector<int> greedy_replica_counts(std::span<const double> load, int num_slo
 // Moves `phy2log`'s replica counts toward greedy_replica_counts by at most
 // `max_changes` slot re-targets, the most useful first: each takes a surplus
 // replica (of the expert whose replicas stay lightest, lowest load /
-// (count - 1); the replica on its most loaded rank) and gives the slot to the
-// expert furthest below its count (largest load / count). Ties: lowest
-// expert, lowest slot. Returns the slots rewritten.
+// (count - 1); the replica on a rank not holding the receiving expert yet if
+// any, on the most loaded such rank) and gives the slot to the expert
+// furthest below its count (largest load / count). Ties: lowest expert,
+// lowest slot. `phy2log` is a complete placement of `topology` (num_slots
+// entries, every expert at least once). Returns the slots rewritten.
 int recount_toward_greedy(std::vector<int32_t>& phy2log, std::span<const double> load, const Topology& topology,
                           int max_changes);
 

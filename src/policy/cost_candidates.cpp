@@ -27,16 +27,16 @@ LayerCandidate priced(std::vector<int32_t> phy2log, std::span<const double> load
 }
 
 // `start` and every prefix of a greedy search from it, one move at a time;
-// `spread`: swaps only, never two replicas of one expert on one rank.
+// `swaps_only_spread`: swaps only, never two replicas of one expert on one rank.
 void add_search(std::vector<LayerCandidate>& candidates, std::span<const double> load, const Topology& topology,
                 int layer, std::span<const int32_t> current, std::span<const int32_t> start,
-                const CandidateSettings& settings, bool spread) {
+                const CandidateSettings& settings, bool swaps_only_spread) {
   LayerSearch search(load, topology, start);
   SearchLimits one_move;
   one_move.max_iterations = 1;
   one_move.noise_weight = settings.noise_weight;
-  one_move.allow_retarget = !spread;
-  one_move.anti_affinity = spread;
+  one_move.allow_retarget = !swaps_only_spread;
+  one_move.anti_affinity = swaps_only_spread;
   const int max_moves = settings.max_moves > 0 ? settings.max_moves : topology.num_slots;
   candidates.push_back(priced(std::vector<int32_t>(start.begin(), start.end()), load, current, topology, layer,
                               settings));
@@ -51,14 +51,16 @@ std::vector<LayerCandidate> layer_candidates(std::span<const double> load, const
                                              const std::vector<std::span<const int32_t>>& refits,
                                              const CandidateSettings& settings) {
   std::vector<LayerCandidate> candidates;
-  add_search(candidates, load, topology, layer, current, current, settings, false);  // [0]: keep
+  add_search(candidates, load, topology, layer, current, current, settings, /*swaps_only_spread=*/false);  // [0]: keep
   std::vector<int32_t> recounted(current.begin(), current.end());
   recount_toward_greedy(recounted, load, topology, topology.num_slots);
   if (recounted != std::vector<int32_t>(current.begin(), current.end()))
-    add_search(candidates, load, topology, layer, current, recounted, settings, false);
-  std::vector<int32_t> spread = std::move(recounted);
-  if (repair_anti_affinity(spread, load, topology, layer, false, /*may_change_counts=*/true))
-    add_search(candidates, load, topology, layer, current, spread, settings, true);
+    add_search(candidates, load, topology, layer, current, recounted, settings, /*swaps_only_spread=*/false);
+  // Spreading fails (InvalidArgument) where a rank has more slots than there are experts; any
+  // failure only drops this path: the policy still has the others.
+  std::vector<int32_t> spread_start = recounted;
+  if (repair_anti_affinity(spread_start, load, topology, layer, false, /*may_change_counts=*/true))
+    add_search(candidates, load, topology, layer, current, spread_start, settings, /*swaps_only_spread=*/true);
   for (std::span<const int32_t> refit : refits) {
     if (std::equal(refit.begin(), refit.end(), current.begin(), current.end())) continue;
     candidates.push_back(priced(std::vector<int32_t>(refit.begin(), refit.end()), load, current, topology, layer,

@@ -55,6 +55,10 @@ double expected_max_of_normals(std::span<const double> mean, std::span<const dou
     hi = std::max(hi, mean[r] + 6 * spread[r]);  // above hi no rank almost surely
   }
   if (!(hi > lo)) return hi;
+  // Ranks that stay below lo almost surely leave P(max <= x) as it is.
+  std::vector<size_t> near;
+  for (size_t r = 0; r < mean.size(); ++r)
+    if (mean[r] + 6 * spread[r] > lo) near.push_back(r);
   // E[max] = lo + integral over [lo, hi] of P(max > x) dx (trapezoids).
   constexpr int kIntervals = 64;
   const double step = (hi - lo) / kIntervals;
@@ -62,9 +66,8 @@ double expected_max_of_normals(std::span<const double> mean, std::span<const dou
   for (int k = 0; k <= kIntervals; ++k) {
     const double x = lo + k * step;
     double all_below = 1;
-    for (size_t r = 0; r < mean.size() && all_below > 0; ++r)
-      all_below *= spread[r] > 0 ? 0.5 * std::erfc((mean[r] - x) / (spread[r] * std::sqrt(2.0)))
-                                 : double(x >= mean[r]);
+    for (size_t r : near)
+      all_below *= spread[r] > 0 ? 0.5 * std::erfc((mean[r] - x) / (spread[r] * std::sqrt(2.0))) : double(x >= mean[r]);
     integral += (k == 0 || k == kIntervals ? 0.5 : 1.0) * (1 - all_below) * step;
   }
   return lo + integral;
@@ -72,23 +75,27 @@ double expected_max_of_normals(std::span<const double> mean, std::span<const dou
 
 double layer_expected_max_load(std::span<const int32_t> phy2log, std::span<const double> load,
                                const Topology& topology, double sigma) {
+  // Counted and summed as layer_rank_loads does, per expert share; in units of the largest
+  // load, so that squares of huge (finite) loads stay finite. E[max] scales with its inputs.
+  const double scale = load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+  if (!(scale > 0)) return 0;
   std::vector<int> count(load.size(), 0);
   for (int32_t e : phy2log) ++count[size_t(e)];
   const size_t ranks = size_t(topology.num_ranks), per_rank = size_t(topology.slots_per_rank());
-  std::vector<double> mean(ranks, 0.0), spread(ranks, 0.0);
+  std::vector<double> mean(ranks, 0.0), rank_sd(ranks, 0.0);
   for (size_t r = 0; r < ranks; ++r) {
     const int32_t* slots = phy2log.data() + r * per_rank;
     double square = 0;
     for (size_t i = 0; i < per_rank; ++i) {
       if (std::find(slots, slots + i, slots[i]) != slots + i) continue;  // this expert's share is counted
       const auto held = std::count(slots + i, slots + per_rank, slots[i]);
-      const double share = load[size_t(slots[i])] * double(held) / count[size_t(slots[i])];
+      const double share = load[size_t(slots[i])] / scale * double(held) / count[size_t(slots[i])];
       mean[r] += share;
       square += share * share;
     }
-    spread[r] = sigma * std::sqrt(square);
+    rank_sd[r] = sigma * std::sqrt(square);
   }
-  return expected_max_of_normals(mean, spread);
+  return scale * expected_max_of_normals(mean, rank_sd);
 }
 
 double layer_balancedness(std::span<const int32_t> phy2log, std::span<const double> load, const Topology& topology) {

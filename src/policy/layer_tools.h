@@ -1,5 +1,6 @@
 // layer_tools.h - per-layer helpers shared by the migration-aware policies
-// (internal to src/policy/): input checks, budgets, per-layer metrics,
+// (internal to src/policy/): input checks, budgets, per-layer metrics
+// (balancedness, max load, the expected max load `cost-aware` scores with),
 // anti-affinity repair, min_gain hysteresis, and the option post-processing
 // applied to `deepseek`.
 #pragma once
@@ -32,13 +33,16 @@ double layer_max_load(std::span<const int32_t> phy2log, std::span<const double> 
 
 // E[max_r X_r] for independent X_r ~ Normal(mean[r], spread[r]^2) (a
 // spread of 0: the constant mean[r]); by quadrature over mean-6 to mean+6
-// spreads. Empty input: 0.
+// spreads. spread.size() == mean.size(), every spread >= 0 and finite.
+// Empty input: 0.
 double expected_max_of_normals(std::span<const double> mean, std::span<const double> spread);
 // The layer's expected largest rank load on the next window when every
 // expert's load there is off by a relative error of `sigma` (independent
 // across experts): rank r's load is Normal(L_r, sigma^2 Q_r), with Q_r the
 // sum over the experts r holds of (r's share of the expert's load)^2, so two
-// replicas of one expert on one rank count as one larger share.
+// replicas of one expert on one rank count as one larger share. (The move
+// search's rank score, move_search.h, sums squared replica loads instead.)
+// A layer without load: 0.
 double layer_expected_max_load(std::span<const int32_t> phy2log, std::span<const double> load,
                                const Topology& topology, double sigma);
 

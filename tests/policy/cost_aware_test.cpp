@@ -98,6 +98,24 @@ TEST(CostAware, AsyncSwapBuysAtLeastSyncsBalance) {
             balancedness(*paused, load, topology).sum_balancedness - 1e-12);
 }
 
+// Shapes where replicas cannot be spread over distinct ranks (a rank has
+// more slots than there are experts; a hot expert wants more replicas than
+// there are ranks): that candidate path is dropped, the policy still places.
+TEST(CostAware, PlacesWhereReplicasCannotBeSpread) {
+  auto policy = make_policy("cost-aware").value();
+  for (const Topology& topology : {Topology{2, 4, 16, 1, 1, 2}, Topology{2, 8, 24, 1, 1, 3}}) {
+    SCOPED_TRACE(topology.to_string());
+    const LoadMatrix load = skewed_load(topology.num_layers, topology.num_experts, 3, 2.0);
+    PolicyOptions options;
+    options.interval_seconds = 3600;
+    auto placed = policy->place(load, topology, default_placement(topology), options);
+    ASSERT_TRUE(placed.is_ok()) << placed.status().to_string();
+    EXPECT_TRUE(placed->validate_against(topology).is_ok());
+    EXPECT_GE(balancedness(*placed, load, topology).sum_balancedness,
+              balancedness(default_placement(topology), load, topology).sum_balancedness - 1e-12);
+  }
+}
+
 TEST(CostAware, OptionsAreChecked) {
   const Topology topology{2, 16, 24, 4, 2, 8};
   const LoadMatrix load = skewed_load(2, 16, 1);

@@ -35,6 +35,43 @@ TEST(ExpectedMax, KnownAnswers) {
               10 + 2 / std::sqrt(std::numbers::pi), 1e-3);
 }
 
+// Two normals of unequal means and spreads: Clark's closed form
+// mu1 Phi(a) + mu2 Phi(-a) + theta phi(a), theta^2 = s1^2 + s2^2, a = (mu1 - mu2) / theta.
+TEST(ExpectedMax, UnequalNormalsMatchClark) {
+  const double mu1 = 100, mu2 = 95, s1 = 2, s2 = 30;
+  const double theta = std::sqrt(s1 * s1 + s2 * s2), a = (mu1 - mu2) / theta;
+  auto Phi = [](double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); };
+  const double clark = mu1 * Phi(a) + mu2 * Phi(-a) + theta * std::exp(-a * a / 2) / std::sqrt(2 * std::numbers::pi);
+  EXPECT_NEAR(expected_max_of_normals(std::vector<double>{mu1, mu2}, std::vector<double>{s1, s2}), clark, 1e-3);
+}
+
+// A constant among normals: E[max(N(0,1), 0)] = 1 / sqrt(2 pi); E[max(N(0,1), -1)] = phi(1) - Phi(-1).
+TEST(ExpectedMax, ConstantsAmongNormals) {
+  EXPECT_NEAR(expected_max_of_normals(std::vector<double>{0, 0}, std::vector<double>{1, 0}),
+              1 / std::sqrt(2 * std::numbers::pi), 1e-3);
+  const double phi1 = std::exp(-0.5) / std::sqrt(2 * std::numbers::pi), Phi_minus1 = 0.5 * std::erfc(1 / std::sqrt(2.0));
+  EXPECT_NEAR(expected_max_of_normals(std::vector<double>{0, -1}, std::vector<double>{1, 0}), phi1 - Phi_minus1, 1e-3);
+}
+
+// E[max] scales with its inputs, also for loads whose squares overflow a double.
+TEST(ExpectedMax, ScalesWithItsInputs) {
+  const std::vector<double> mean{3, 4, 2}, spread{1, 0.5, 2};
+  const double base = expected_max_of_normals(mean, spread);
+  std::vector<double> mean7 = mean, spread7 = spread;
+  for (double& v : mean7) v *= 7;
+  for (double& v : spread7) v *= 7;
+  EXPECT_NEAR(expected_max_of_normals(mean7, spread7), 7 * base, 1e-9 * 7 * base);
+
+  const Topology topology{1, 3, 4, 1, 1, 2};
+  const std::vector<int32_t> phy2log{0, 1, 0, 2};
+  const std::vector<double> load{8, 4, 4}, huge{8e200, 4e200, 4e200};
+  const double small = layer_expected_max_load(phy2log, load, topology, 0.1);
+  const double big = layer_expected_max_load(phy2log, huge, topology, 0.1);
+  ASSERT_TRUE(std::isfinite(big));
+  EXPECT_NEAR(big / 1e200, small, 1e-9 * small);
+  EXPECT_EQ(layer_expected_max_load(phy2log, std::vector<double>{0, 0, 0}, topology, 0.1), 0.0);
+}
+
 TEST(ExpectedMax, LayerSpreadAndColocatedReplicas) {
   // 2 ranks x 2 slots, experts 0..2 with loads 8, 4, 4.
   const Topology topology{1, 3, 4, 1, 1, 2};
@@ -64,14 +101,24 @@ TEST(RecountTowardGreedy, MovesCountsWithinTheLimit) {
   const std::vector<int> target = policies::greedy_replica_counts(load, topology.num_slots);
   ASSERT_EQ(target[7], 5);  // all 4 redundant slots go to the hot expert
 
+  std::vector<int32_t> unchanged = phy2log;
+  EXPECT_EQ(recount_toward_greedy(unchanged, load, topology, 0), 0);
+  EXPECT_EQ(unchanged, phy2log);
+
+  // Surplus replicas are taken first from ranks that do not hold the hot
+  // expert yet: expert 0's replica on rank 0 (rank 2 holds 7), then expert
+  // 1's on rank 3 (rank 0 now holds 7).
   std::vector<int32_t> limited = phy2log;
-  EXPECT_EQ(recount_toward_greedy(limited, load, topology, 1), 1);
-  EXPECT_EQ(std::count(limited.begin(), limited.end(), 7), 2);
+  EXPECT_EQ(recount_toward_greedy(limited, load, topology, 2), 2);
+  EXPECT_EQ(limited, (std::vector<int32_t>{7, 1, 2, 3, 4, 5, 6, 7, 0, 7, 2, 3}));
 
   EXPECT_EQ(recount_toward_greedy(phy2log, load, topology, 100), 4);
   std::vector<int> count(8, 0);
   for (int32_t e : phy2log) ++count[size_t(e)];
   EXPECT_EQ(count, target);
+  for (int rank = 0; rank < 4; ++rank)  // 5 replicas of the hot expert reach all 4 ranks
+    EXPECT_NE(std::find(phy2log.begin() + rank * 3, phy2log.begin() + rank * 3 + 3, 7), phy2log.begin() + rank * 3 + 3)
+        << "rank " << rank;
   // Already at the greedy counts: nothing to do.
   EXPECT_EQ(recount_toward_greedy(phy2log, load, topology, 100), 0);
 }

@@ -17,12 +17,11 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <set>
 
 #include <ucs/config/global_opts.h>
+#include <ucs/config/parser.h>
 
 #include "common/bytes.h"
 #include "common/pages.h"
@@ -535,12 +534,11 @@ Status create_worker(UcxWorkerState& state, const std::string& name) {
 }
 
 // UCX's unified mode packs no address lengths (each side takes its own).
+// The variable is read with UCX's own parser for its boolean settings.
 bool unified_mode() {
   const char* value = std::getenv("UCX_UNIFIED_MODE");
-  if (value == nullptr) return false;
-  std::string text(value);
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
-  return text == "y" || text == "yes" || text == "on" || text == "1" || text == "true";
+  int on = 0;
+  return value != nullptr && ucs_config_sscanf_bool(value, &on, nullptr) == 1 && on != 0;
 }
 
 Result<std::vector<uint8_t>> worker_address(UcxWorkerState& state) {

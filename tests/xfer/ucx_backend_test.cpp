@@ -196,6 +196,26 @@ TEST_P(UcxBackendTest, TeardownInAnyOrder) {
   a.memory.reset();
 }
 
+// Unified mode packs no address lengths, so a peer's address cannot be
+// checked: the backend refuses it (its own address then no longer walks, and
+// the variable, read as UCX reads it: y/yes/1, any case, says so anyway); a
+// value UCX reads as "no" keeps the backend.
+TEST(UcxBackend, UnifiedModeIsRefused) {
+  AgentConfig config;
+  config.name = "unified";
+  for (const char* on : {"y", "YES", "1"}) {
+    test::ScopedVariable unified("UCX_UNIFIED_MODE", on);
+    auto backend = make_ucx_backend(config);
+    ASSERT_FALSE(backend.is_ok()) << on;
+    EXPECT_EQ(backend.status().code(), Code::Unsupported) << on;
+    EXPECT_NE(backend.status().message().find("unified mode, UCX_UNIFIED_MODE, is not supported"), std::string::npos)
+        << backend.status().to_string();
+  }
+  test::ScopedVariable off("UCX_UNIFIED_MODE", "no");
+  auto backend = make_ucx_backend(config);
+  EXPECT_TRUE(backend.is_ok()) << backend.status().to_string();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, UcxBackendTest, ::testing::Values("shm", "tcp"),
                          [](const auto& info) { return info.param; });
 

@@ -101,8 +101,8 @@ def rank_main(rank: int, port: int, rounds: int, warmup: int, out: str, threads:
         report = migrator.migrate(old, new) if index % 2 == 0 else migrator.migrate(new, old)
         layers = report["layers"]
         phases = {name: sum(item[f"seconds_{name}"] for item in layers) for name in PHASES}
-        rows.append({"bare": bare, "bare_cpu": bare_cpu, "floor": floor, "eplb": report["totals"]["seconds"], "bytes": report["totals"]["bytes_moved"],
-                     **phases, "warmup": index < warmup})
+        rows.append({"bare": bare, "bare_cpu": bare_cpu, "floor": floor, "eplb": report["totals"]["seconds"],
+                     "bytes": report["totals"]["bytes_moved"], **phases, "warmup": index < warmup})
     Path(out, f"rank{rank}.json").write_text(json.dumps(rows))
     dist.barrier()
     os._exit(0)

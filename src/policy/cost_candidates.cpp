@@ -59,7 +59,7 @@ std::vector<LayerCandidate> layer_candidates(std::span<const double> load, const
   // Spreading fails (InvalidArgument) where a rank has more slots than there are experts; any
   // failure only drops this path: the policy still has the others.
   std::vector<int32_t> spread_start = recounted;
-  if (repair_anti_affinity(spread_start, load, topology, layer, false, /*may_change_counts=*/true))
+  if (repair_anti_affinity(spread_start, load, topology, layer, /*prefer_same_node=*/false, /*may_change_counts=*/true))
     add_search(candidates, load, topology, layer, current, spread_start, settings, /*swaps_only_spread=*/true);
   for (std::span<const int32_t> refit : refits) {
     if (std::equal(refit.begin(), refit.end(), current.begin(), current.end())) continue;

@@ -294,6 +294,17 @@ Deadlines derive_deadlines(const MigrateOptions& options, uint64_t largest_read_
 // InvalidArgument unless every timeout is in [0, kMaxTimeoutSeconds].
 Status validate_timeouts(const MigrateOptions& options);
 
+// [issue 31] The transfer schedule by the name the CLI (--transfer-schedule)
+// and eplb.Migrator(transfer_schedule=) take: "off" (unset: all READs at
+// once), "ranks" (one expert per NIC per round, hosts limited only by their
+// ranks' NICs: {1, 1, 0}) or "hosts" (also one expert per host link per
+// round, as on scripts/netns_cluster.sh: {1, 1, 1}); only the ratios matter
+// to the order. InvalidArgument naming the value otherwise.
+inline constexpr std::string_view kTransferScheduleNames = "off, ranks or hosts";
+Result<std::optional<LinkBandwidths>> transfer_schedule_named(std::string_view name);
+// The inverse: "off", "ranks", "hosts", or "custom" for other bandwidths.
+std::string transfer_schedule_name(const std::optional<LinkBandwidths>& schedule);
+
 struct LayerReport {
   int layer = 0;
   // Whole group (all ranks), from the plan.

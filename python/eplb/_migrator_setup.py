@@ -26,7 +26,7 @@ def is_sequence(value) -> bool:
     return isinstance(value, (list, tuple))
 
 
-def check_options(num_nodes, transport, timeout, retries, commit, reuse_checksums) -> None:
+def check_options(num_nodes, transport, timeout, retries, commit, reuse_checksums, transfer_schedule="off") -> None:
     if not isinstance(num_nodes, int) or num_nodes < 1:
         raise Error(f"num_nodes must be an int >= 1, got {num_nodes!r}")
     if transport not in TRANSPORT_NAMES:
@@ -40,6 +40,9 @@ def check_options(num_nodes, transport, timeout, retries, commit, reuse_checksum
         raise Error(f"commit must be one of {', '.join(COMMIT_MODES)}, got {commit!r}")
     if not isinstance(reuse_checksums, bool):
         raise Error(f"reuse_checksums must be True or False, got {reuse_checksums!r}")
+    if not isinstance(transfer_schedule, str):
+        raise Error(f"transfer_schedule must be a str (off, ranks or hosts), got {transfer_schedule!r}")
+    _eplb.check_transfer_schedule(transfer_schedule)
 
 
 def as_group(group) -> ProcessGroup:

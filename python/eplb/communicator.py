@@ -89,7 +89,7 @@ class EplbCommunicator:
         slots = int(self._weights[0][0].shape[0]) if layers else 1
         try:
             return _eplb.Migrator(self._group._native, transfer, layers, staging if plane == "ucx" else [], slots, 1,
-                                  timeout, retries, None, "copy", problem)
+                                  timeout, retries, None, "copy", "off", problem)
         except Error as failure:
             if failure.code in ("mismatch", "aborted", "invalid argument"):
                 raise LayoutError(str(failure), failure.code, peer=failure.peer) from None

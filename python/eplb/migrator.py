@@ -23,6 +23,8 @@ Contract:
   is then wholly old or wholly new on every rank (`committed_layers`). The GIL is released while
   the engine runs. Ranks that pass different placements are refused before anything moves.
 - `start(...)`: the same round overlapped with serving (eplb/async_migration.py).
+- `transfer_schedule` ("off", "ranks", "hosts"; one-sided planes: ucx, nixl): each layer's READs in the
+  contention-aware rounds of eplb's plan (schedule_transfers), as `eplb run --transfer-schedule`.
 - Deadlines: `timeout` (seconds per layer attempt's transfers) or None: automatic, derived by the
   library from the bytes each layer reads, as the CLI's --timeout 0 (every other deadline derives
   from it: collectives, set-up, the serving wait, draining a closed async round).
@@ -71,13 +73,18 @@ class Migrator:
             or a Python plane's (eplb/planes/faults.py).
         reuse_checksums: reuse the digests of earlier rounds (see the module's docstring).
         commit: "copy" or "swap" (see the module's docstring).
+        transfer_schedule: the order of each layer's READs on a one-sided plane (ucx, nixl; docs/scale.md):
+            "off" (all at once, the default), "ranks" (contention-aware rounds, one expert per NIC per
+            round) or "hosts" (also one expert per host link per round), as the CLI's --transfer-schedule.
+            Needs num_nodes for the hosts; the torch and staged planes (paired sends and receives) refuse it.
     """
 
     def __init__(self, expert_weights, *, group=None, data_group=None, num_nodes: int = 1, transport: str = "auto",
                  timeout: float | None = None, retries: int = 2, verify: bool = True, on_layer=None, inject: str = "",
-                 reuse_checksums: bool = False, commit: str = "copy"):
-        setup.check_options(num_nodes, transport, timeout, retries, commit, reuse_checksums)
+                 reuse_checksums: bool = False, commit: str = "copy", transfer_schedule: str = "off"):
+        setup.check_options(num_nodes, transport, timeout, retries, commit, reuse_checksums, transfer_schedule)
         self._reuse_checksums, self._commit, self._verify = reuse_checksums, commit, bool(verify)
+        self._transfer_schedule = transfer_schedule
         self._group = setup.as_group(group)
         self._timeout = float(timeout) if timeout is not None else 0.0
         self._options = {"num_nodes": int(num_nodes), "transport": transport, "retries": int(retries),
@@ -110,7 +117,8 @@ class Migrator:
         callback = self._layer_callback(options["on_layer"])
         try:
             self._native = _eplb.Migrator(self._group._native, transfer, layers, [], slots, options["num_nodes"],
-                                          self._timeout, options["retries"], callback, self._commit, problem)
+                                          self._timeout, options["retries"], callback, self._commit,
+                                          self._transfer_schedule, problem)
         except Error as failure:
             if failure.code in ("mismatch", "aborted", "invalid argument"):
                 raise LayoutError(str(failure), failure.code, peer=failure.peer) from None
@@ -118,10 +126,15 @@ class Migrator:
         self._slots, self._plane_object = slots, transfer
         self._front = [0] * len(weights)  # per layer: the buffer the engine's tensors show
 
-    def set_data_group(self, data_group) -> None:
-        """Collective: a new data group for a Migrator whose torch plane broke (a timed-out wait)."""
+    def set_data_group(self, data_group, *, inject: str | None = None) -> None:
+        """Collective: a new data group for a Migrator whose torch plane broke (a timed-out wait).
+
+        inject: the new plane's fault spec (tests; see __init__); None keeps the one given before.
+        """
         if self._async is not None and not self._async.done:
             raise Error("set_data_group: an async round is running", "not allowed")
+        if inject is not None:
+            self._options["inject"] = inject
         self._broken = None
         self._set_up(data_group)
 
@@ -282,6 +295,7 @@ class Migrator:
         report = _report([self._layer_dict(layer) for layer in result.layers], result.seconds, result.retries)
         report["commit"] = self._commit
         report["plane"] = self.plane
+        report["transfer_schedule"] = self._transfer_schedule
         return report
 
     def _round_error(self, result) -> MigrationError:

@@ -54,7 +54,7 @@ class Migration {
   Migration(std::shared_ptr<ProcessGroup> group, py::object transfer,
             const std::vector<std::vector<TensorArgument>>& layers, const std::vector<TensorArgument>& staging,
             int slots_per_rank, int num_nodes, double timeout_seconds, int retries, py::object on_layer,
-            const std::string& commit, const std::string& problem);
+            const std::string& commit, const std::string& transfer_schedule, const std::string& problem);
   ~Migration() {
     py::gil_scoped_release release;  // the group's and the plane's destructors take it back
     migrator_.reset();
@@ -117,11 +117,12 @@ class Migration {
 Migration::Migration(std::shared_ptr<ProcessGroup> group, py::object transfer,
                      const std::vector<std::vector<TensorArgument>>& layers, const std::vector<TensorArgument>& staging,
                      int slots_per_rank, int num_nodes, double timeout_seconds, int retries, py::object on_layer,
-                     const std::string& commit, const std::string& problem)
+                     const std::string& commit, const std::string& transfer_schedule, const std::string& problem)
     : group_(std::move(group)), on_layer_(std::move(on_layer)), timeout_(timeout_seconds) {
   options_.timeout_seconds = timeout_seconds;  // 0: automatic (derive_deadlines)
   options_.retries = retries;
   options_.commit = commit == "swap" ? CommitMode::Swap : CommitMode::Copy;
+  options_.transfer_schedule = value_or_throw(transfer_schedule_named(transfer_schedule));
   throw_if_error(validate_timeouts(options_));
   const double setup_seconds = derive_deadlines(options_, 0).setup_seconds;
   if (!problem.empty()) {  // every rank fails with this rank's reason
@@ -386,10 +387,10 @@ void bind_migrate(py::module_& module) {
   py::class_<Migration>(module, "Migrator")
       .def(py::init<std::shared_ptr<ProcessGroup>, py::object, const std::vector<std::vector<TensorArgument>>&,
                     const std::vector<TensorArgument>&, int, int, double, int, py::object, const std::string&,
-                    const std::string&>(),
+                    const std::string&, const std::string&>(),
            py::arg("group"), py::arg("transfer"), py::arg("layers"), py::arg("staging"), py::arg("slots_per_rank"),
            py::arg("num_nodes"), py::arg("timeout"), py::arg("retries"), py::arg("on_layer"),
-           py::arg("commit") = "copy", py::arg("problem") = "")
+           py::arg("commit") = "copy", py::arg("transfer_schedule") = "off", py::arg("problem") = "")
       .def("live_buffers", &Migration::live_buffers)
       .def("migrate", &Migration::migrate, py::arg("old_phy2log"), py::arg("new_phy2log"), py::arg("num_experts"))
       .def("exchange", &Migration::exchange, py::arg("layer"), py::arg("receives"), py::arg("sends"),
@@ -408,6 +409,10 @@ void bind_migrate(py::module_& module) {
       .def("done", &AsyncRound::done)
       .def("abort", &AsyncRound::abort)
       .def("close", &AsyncRound::close);
+  // [issue 31] eplb.Migrator(transfer_schedule=): the library's one rule for the names.
+  module.def(
+      "check_transfer_schedule",
+      [](const std::string& name) { throw_if_error(transfer_schedule_named(name).status()); }, py::arg("name"));
   // The "eplb-dev64" digest of host rows (eplb/digest.py uses it for CPU
   // tensors): `length` bytes at each address, the GIL released.
   module.def(

@@ -372,10 +372,34 @@ def swap_rounds(rank: int, world: int) -> dict:
     return outcome
 
 
+def scheduled_rounds(rank: int, world: int) -> dict:
+    """transfer_schedule (issue 31) on 2 emulated hosts: each name moves every row exactly; the torch
+    plane, which posts a layer's rows at once, refuses it on every rank (the C++ set-up's check)."""
+    layers, slots, experts = 2, 3, 2 * world
+    rng = np.random.default_rng(31)
+    outcome = {}
+    for name in ("off", "ranks", "hosts"):
+        old, new = (random_placement(rng, layers, slots * world, experts) for _ in range(2))
+        weights = make_weights(layers, slots, "plain")
+        fill(weights, old, rank)
+        report = eplb.Migrator(weights, num_nodes=2, timeout=20, transfer_schedule=name).migrate(old, new)
+        outcome[name] = {"wrong": mismatches(weights, new, rank), "schedule": report["transfer_schedule"],
+                         "inter_node": report["totals"]["bytes_inter_node"]}
+    try:
+        eplb.Migrator(make_weights(layers, slots, "plain"), transport="torch",
+                      data_group=torch.distributed.group.WORLD, timeout=20, transfer_schedule="hosts")
+        outcome["torch"] = None
+    except eplb.Error as failure:
+        outcome["torch"] = str(failure)
+    return outcome
+
+
 def suite(rank: int, world: int, fault_names: list[str]) -> dict:
     """Several cases on one spawned group (spawning is the slow part)."""
     results = {"shapes": shapes_round_trip(rank, world), "allgather": allgather_lengths(rank, world),
                "swap": swap_rounds(rank, world)}
+    if world == 4:
+        results["scheduled"] = scheduled_rounds(rank, world)
     if world == 2:
         results["no_change"] = no_change(rank, world)
         results["reused_checksums"] = reused_checksums(rank, world)

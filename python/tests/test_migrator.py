@@ -44,6 +44,16 @@ def test_four_ranks_every_shape_is_byte_exact(four_ranks):
     check_shapes(four_ranks, 4)
 
 
+def test_transfer_schedule_moves_every_row_and_the_torch_plane_refuses_it(four_ranks):
+    for rank, result in enumerate(four_ranks):
+        case = result["scheduled"]
+        for name in ("off", "ranks", "hosts"):
+            assert case[name]["wrong"] == [], f"rank {rank} {name}: {case[name]}"
+            assert case[name]["schedule"] == name
+            assert case[name]["inter_node"] > 0  # reads crossed the emulated hosts
+        assert "transfer schedule" in case["torch"] and "one-sided" in case["torch"], case["torch"]
+
+
 def test_allgather_carries_every_length_exactly(two_ranks, four_ranks):
     # Lengths below, at and above the 4 KiB inline record, mixed across ranks in each call.
     for ranks in (two_ranks, four_ranks):

@@ -14,8 +14,12 @@ def test_a_timeout_outside_a_day_or_not_a_number_is_refused(timeout):
         eplb.Migrator([[torch.zeros(2, 8)]], timeout=timeout)
 
 
-@pytest.mark.parametrize("options, word", [({"retries": -1}, "retries"), ({"transport": "rdma"}, "transport"),
-                                           ({"commit": "move"}, "commit")])
+BAD_OPTIONS = [({"retries": -1}, "retries"), ({"transport": "rdma"}, "transport"), ({"commit": "move"}, "commit"),
+               ({"transfer_schedule": "nics"}, "transfer schedule must be off, ranks or hosts, got 'nics'"),
+               ({"transfer_schedule": None}, "transfer_schedule must be a str")]
+
+
+@pytest.mark.parametrize("options, word", BAD_OPTIONS)
 def test_other_bad_options_are_refused_naming_the_option(options, word):
     with pytest.raises(ValueError, match=word):
         eplb.Migrator([[torch.zeros(2, 8)]], **options)

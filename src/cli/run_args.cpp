@@ -59,11 +59,9 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
   if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");
   options.migrate.timeout_seconds = args.timeout;
   options.migrate.retries = args.retries;
-  // [issue 31] Only the ratios matter to the order: host links that never bind, or one NIC's worth.
-  if (args.transfer_schedule == "ranks") options.migrate.transfer_schedule = LinkBandwidths{1, 1, 0};
-  else if (args.transfer_schedule == "hosts") options.migrate.transfer_schedule = LinkBandwidths{1, 1, 1};
-  else if (args.transfer_schedule != "off")
-    return error(Code::InvalidArgument, "--transfer-schedule must be off, ranks or hosts, got '" + args.transfer_schedule + "'");
+  auto schedule = transfer_schedule_named(args.transfer_schedule);  // [issue 31]
+  if (!schedule) return schedule.status().with_context("--transfer-schedule");
+  options.migrate.transfer_schedule = *schedule;
   return Status::ok();
 }
 

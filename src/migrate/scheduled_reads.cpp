@@ -19,3 +19,24 @@ Result<std::vector<std::vector<ReadRequest>>> scheduled_read_rounds(const LayerP
 }
 
 }  // namespace eplb::migrate
+
+namespace eplb {
+
+Result<std::optional<LinkBandwidths>> transfer_schedule_named(std::string_view name) {
+  if (name == "off") return std::optional<LinkBandwidths>{};
+  if (name == "ranks") return std::optional<LinkBandwidths>{LinkBandwidths{1, 1, 0}};
+  if (name == "hosts") return std::optional<LinkBandwidths>{LinkBandwidths{1, 1, 1}};
+  return error(Code::InvalidArgument,
+               fmt::format("the transfer schedule must be {}, got '{}'", kTransferScheduleNames, name));
+}
+
+std::string transfer_schedule_name(const std::optional<LinkBandwidths>& schedule) {
+  if (!schedule) return "off";
+  if (schedule->intra_host == 1 && schedule->nic == 1) {
+    if (schedule->host == 0) return "ranks";
+    if (schedule->host == 1) return "hosts";
+  }
+  return "custom";
+}
+
+}  // namespace eplb

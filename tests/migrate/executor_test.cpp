@@ -529,5 +529,21 @@ TEST(Executor, TransferScheduleRoundsMoveByteForByte) {
   EXPECT_GT(retried, 0) << "no fault seed injected an error";
 }
 
+// [issue 31] The one rule for the schedule's names (CLI and eplb.Migrator).
+TEST(Executor, TransferScheduleNamesRoundTrip) {
+  for (std::string name : {"off", "ranks", "hosts"}) {
+    auto schedule = transfer_schedule_named(name);
+    ASSERT_TRUE(schedule) << schedule.status().to_string();
+    EXPECT_EQ(transfer_schedule_name(*schedule), name);
+  }
+  EXPECT_FALSE(transfer_schedule_named("off").value().has_value());
+  auto bad = transfer_schedule_named("nics");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.status().code(), Code::InvalidArgument);
+  EXPECT_NE(bad.status().message().find("must be off, ranks or hosts, got 'nics'"), std::string::npos)
+      << bad.status().to_string();
+  EXPECT_EQ(transfer_schedule_name(LinkBandwidths{2, 1, 0}), "custom");
+}
+
 }  // namespace
 }  // namespace eplb

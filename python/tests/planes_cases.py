@@ -135,7 +135,24 @@ def torch_plane_faults(rank: int, world: int) -> dict:
     except eplb.Error as refusal:
         stalled["refused"] = str(refusal)
     results["stall"] = stalled
+    results["recovered"] = _recover(rank, world, migrator, weights, stalled["committed"], old, new)
     return results
+
+
+def _recover(rank: int, world: int, migrator, weights, committed, old, new) -> dict:
+    """After the timed-out round: a new gloo data group (the stall is over), then the same round again."""
+    import torch.distributed as dist
+
+    started = time.monotonic()
+    try:
+        migrator.set_data_group(dist.new_group(backend="gloo"), inject="")
+    except eplb.Error as failure:
+        return {"set_up_error": str(failure)}
+    outcome = {"set_up_error": None, "set_up_seconds": time.monotonic() - started}
+    current = np.where(np.isin(np.arange(len(old)), committed)[:, None], new, old)
+    outcome.update(_round(rank, world, migrator, weights, current, new))
+    outcome["wrong_after"] = mismatches(weights, new, rank)
+    return outcome
 
 
 def killed_on_torch_plane(rank: int, world: int, victim: int) -> dict:

@@ -83,6 +83,16 @@ def test_a_stalled_peer_times_out_on_every_rank_and_the_migrator_refuses_the_bro
     assert any("layer" in outcome["error"] and "gloo" in outcome["error"] for outcome in outcomes), outcomes
 
 
+def test_after_a_timeout_a_new_data_group_recovers_the_migrator(faults):
+    # set_data_group(new gloo group) on every rank, then the round the timeout aborted runs again.
+    for rank, result in enumerate(faults):
+        outcome = result["recovered"]
+        assert outcome["set_up_error"] is None, (rank, outcome)
+        assert outcome["error"] is None, (rank, outcome)
+        assert outcome["wrong"] == [] and outcome["wrong_after"] == [], (rank, outcome)
+        assert outcome["plane"] == "torch", outcome
+
+
 def test_a_killed_rank_on_the_torch_plane_is_named_by_the_survivors(tmp_path):
     results = run_ranks(tmp_path, 3, cases.killed_on_torch_plane, 1, timeout=120)
     assert isinstance(results[1], int), "the victim returned: it was not killed"

@@ -18,13 +18,18 @@
 # costs besides moving bytes at all). CALIBRATION_ONLY=1 redoes only these.
 # Writes OUT_DIR/config.json, OUT_DIR/trace.npy, OUT_DIR/run-<mode>-<i>.json
 # (eplb run --json) and OUT_DIR/links-<mode>-<i>.json (every host link's
-# counters before and after the run). Needs root (network namespaces, tc);
+# counters before and after the run). WITH_PYTHON=1: in the same testbed
+# and pairs, the Python eplb.Migrator moves the same placements
+# (bench/testbed_migrator.py; OUT_DIR/py-<mode>-<i>.json and
+# links-py-<mode>-<i>.json; `bench/testbed_migrator.py report OUT_DIR`
+# compares the two). Needs root (network namespaces, tc);
 # run under `flock /work/.cpu.lock`. Exit 77 when the testbed cannot be made.
 set -euo pipefail
 (($# >= 5)) || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 out="$1"; hosts="$2"; per_host="$3"; rate="$4"; policy="$5"; repeats="${6:-3}"; queue_ms="${7:-100}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 eplb="${EPLB:-$root/build/eplb}"
+python="${PYTHON:-$root/.venv/bin/python}"
 ranks=$((hosts * per_host))
 experts=$((4 * ranks))
 slots=$((6 * ranks))
@@ -50,9 +55,20 @@ for ((i = 1; i <= repeats; ++i)); do
     "$CLUSTER_MPIRUN" "$@" --transfer-schedule "$mode" --json "$out/run-$mode-$i.json" > "$out/run-$mode-$i.txt" 2>&1
     after="$("$CLUSTER_LINKS")"
     printf '{"before": %s, "after": %s}\n' "$before" "$after" > "$out/links-$mode-$i.json"
+    [[ -f "$out/py_rank.sh" ]] || continue  # WITH_PYTHON=1 wrote it
+    before="$("$CLUSTER_LINKS")"
+    "$CLUSTER_MPIRUN" bash "$out/py_rank.sh" --schedule "$mode" --json "$out/py-$mode-$i.json" \
+      > "$out/py-$mode-$i.txt" 2>&1
+    after="$("$CLUSTER_LINKS")"
+    printf '{"before": %s, "after": %s}\n' "$before" "$after" > "$out/links-py-$mode-$i.json"
   done
 done
 JOB
+rm -f "$out/py_rank.sh"
+if [[ "${WITH_PYTHON:-0}" == 1 ]]; then
+  printf 'exec %q %q rank --trace %q --layers 4 --experts %d --slots %d --hosts %d --rounds 3 --window 20 --policy %q --bytes-per-expert 1048576 "$@"\n' \
+    "$python" "$root/bench/testbed_migrator.py" "$out/trace.npy" "$experts" "$slots" "$hosts" "$policy" > "$out/py_rank.sh"
+fi
 if [[ "${CALIBRATION_ONLY:-0}" != 1 ]]; then
   "$root/scripts/netns_cluster.sh" -H "$hosts" -r "$per_host" --rate "$rate" --queue-ms "$queue_ms" \
     --script "$job" "$out" "$repeats" "$eplb" "${run_args[@]}" --bytes-per-expert 1MiB

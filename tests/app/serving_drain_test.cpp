@@ -88,8 +88,11 @@ TEST(ServingDrain, ARankThatLosesItsServingGroupStopsEveryRankConsistently) {
     // Every rank whose serving failed asks to abort; the vote names the lowest.
     EXPECT_TRUE(contains(summary.status.message(), "asked to abort the round"));
     EXPECT_TRUE(contains(summary.status.message(), "this rank's serving loop: "));
-    if (r == losing) EXPECT_TRUE(contains(summary.status.message(), "injected: the serving group's connection is gone"));
-    else EXPECT_TRUE(contains(summary.status.message(), "serving step"));
+    if (r == losing) {
+      EXPECT_TRUE(contains(summary.status.message(), "injected: the serving group's connection is gone"));
+    } else {
+      EXPECT_TRUE(contains(summary.status.message(), "serving step"));
+    }
     EXPECT_FALSE(summary.all_verified);
     EXPECT_TRUE(summary.group_intact);
     EXPECT_TRUE(contains(summary.final_state, "round 1 stopped"));

@@ -105,10 +105,13 @@ TEST_P(FaultyTest, CorruptReadFlipsOneLandedByte) {
   ASSERT_EQ(landed->size(), 9u);
   for (size_t i = 0; i < 9; ++i) {
     const bool flipped = where / 4096 == i;
-    if ((*landed)[i])
+    if ((*landed)[i]) {
       EXPECT_EQ(*(*landed)[i], bytes::checksum(std::span<const uint8_t>(local_buffer.data() + i * 4096, 4096)));
+    }
     EXPECT_FALSE(flipped && (*landed)[i]) << "segment " << i << " kept the checksum of the bytes before the flip";
-    if (GetParam() == "loopback") EXPECT_EQ((*landed)[i].has_value(), !flipped) << "segment " << i;
+    if (GetParam() == "loopback") {
+      EXPECT_EQ((*landed)[i].has_value(), !flipped) << "segment " << i;
+    }
   }
 }
 

@@ -153,8 +153,9 @@ void mapped_memory_round_trip(bool copy_mapped, bool* inline_done) {
     for (int i = 0; i < 3; ++i) {
       const bool computed = op == Operation::Read && copy_mapped && *inline_done;
       ASSERT_EQ((*landed)[i].has_value(), computed) << operation_name(op) << " segment " << i;
-      if (computed)
+      if (computed) {
         EXPECT_EQ(*(*landed)[i], bytes::checksum(std::span<const uint8_t>(local + cuts[i], cuts[i + 1] - cuts[i])));
+      }
     }
     ASSERT_TRUE(reader->release(*request));
   }

@@ -145,13 +145,15 @@ def report(config_dirs: list[str]) -> int:
     for config_dir in config_dirs:
         with open(os.path.join(config_dir, "config.json")) as f:
             config = json.load(f)
-        label = (f"{config['hosts']}x{config['ranks_per_host']} {config['rate']} queue {config.get('queue_ms', 100)} ms "
-                 f"{config['policy']}")
+        label = (f"{config['hosts']}x{config['ranks_per_host']} {config['rate']} "
+                 f"queue {config.get('queue_ms', 100)} ms {config['policy']}")
         for mode in ("off", "hosts"):
             run, py = totals(config_dir, "run", mode), totals(config_dir, "py", mode)
             if not py:
                 raise RuntimeError(f"{config_dir}: no py-{mode}-*.json (was the testbed run with WITH_PYTHON=1?)")
-            ratio = statistics.median(py) / statistics.median(run) if run else float("nan")
+            if not run:
+                raise RuntimeError(f"{config_dir}: no run-{mode}-*.json (eplb run's reports)")
+            ratio = statistics.median(py) / statistics.median(run)
             links = ", ".join(f"{a / 2**20:.1f}/{b / 2**20:.1f}" for a, b in
                               zip(host_bytes_in(config_dir, "run", mode), host_bytes_in(config_dir, "py", mode)))
             same = "yes" if same_plans(config_dir, mode) else "NO"
@@ -181,6 +183,8 @@ def main() -> int:
     compare = sub.add_parser("report", help="compare eplb run and the Python Migrator per configuration")
     compare.add_argument("configs", nargs="+", help="directories bench/cluster_testbed.sh wrote (WITH_PYTHON=1)")
     args = parser.parse_args()
+    if args.command == "rank" and (args.bytes_per_expert <= 0 or args.bytes_per_expert % 8):
+        parser.error(f"--bytes-per-expert must be a positive multiple of 8, got {args.bytes_per_expert}")
     return run_rank(args) if args.command == "rank" else report(args.configs)
 
 

@@ -299,7 +299,8 @@ Status validate_timeouts(const MigrateOptions& options);
 // once), "ranks" (one expert per NIC per round, hosts limited only by their
 // ranks' NICs: {1, 1, 0}) or "hosts" (also one expert per host link per
 // round, as on scripts/netns_cluster.sh: {1, 1, 1}); only the ratios matter
-// to the order. InvalidArgument naming the value otherwise.
+// to the order. Otherwise InvalidArgument "must be off, ranks or hosts, got
+// '<name>'" (callers add the option's name as context).
 inline constexpr std::string_view kTransferScheduleNames = "off, ranks or hosts";
 Result<std::optional<LinkBandwidths>> transfer_schedule_named(std::string_view name);
 // The inverse: "off", "ranks", "hosts", or "custom" for other bandwidths.

@@ -42,7 +42,10 @@ def check_options(num_nodes, transport, timeout, retries, commit, reuse_checksum
         raise Error(f"reuse_checksums must be True or False, got {reuse_checksums!r}")
     if not isinstance(transfer_schedule, str):
         raise Error(f"transfer_schedule must be a str (off, ranks or hosts), got {transfer_schedule!r}")
-    _eplb.check_transfer_schedule(transfer_schedule)
+    try:
+        _eplb.check_transfer_schedule(transfer_schedule)
+    except Error as failure:
+        raise Error(f"transfer_schedule {failure}", failure.code) from None
 
 
 def as_group(group) -> ProcessGroup:

@@ -23,8 +23,9 @@ Contract:
   is then wholly old or wholly new on every rank (`committed_layers`). The GIL is released while
   the engine runs. Ranks that pass different placements are refused before anything moves.
 - `start(...)`: the same round overlapped with serving (eplb/async_migration.py).
-- `transfer_schedule` ("off", "ranks", "hosts"; one-sided planes: ucx, nixl): each layer's READs in the
-  contention-aware rounds of eplb's plan (schedule_transfers), as `eplb run --transfer-schedule`.
+- `transfer_schedule` ("off", "ranks", "hosts"): each layer's READs in the contention-aware rounds of
+  eplb's plan (schedule_transfers), as `eplb run --transfer-schedule`; one-sided planes only (tested on
+  ucx; nixl accepts it, untested); torch and staged refuse it at set-up.
 - Deadlines: `timeout` (seconds per layer attempt's transfers) or None: automatic, derived by the
   library from the bytes each layer reads, as the CLI's --timeout 0 (every other deadline derives
   from it: collectives, set-up, the serving wait, draining a closed async round).
@@ -73,7 +74,7 @@ class Migrator:
             or a Python plane's (eplb/planes/faults.py).
         reuse_checksums: reuse the digests of earlier rounds (see the module's docstring).
         commit: "copy" or "swap" (see the module's docstring).
-        transfer_schedule: the order of each layer's READs on a one-sided plane (ucx, nixl; docs/scale.md):
+        transfer_schedule: the order of each layer's READs on a one-sided plane (ucx; nixl, untested):
             "off" (all at once, the default), "ranks" (contention-aware rounds, one expert per NIC per
             round) or "hosts" (also one expert per host link per round), as the CLI's --transfer-schedule.
             Needs num_nodes for the hosts; the torch and staged planes (paired sends and receives) refuse it.
@@ -134,6 +135,8 @@ class Migrator:
         if self._async is not None and not self._async.done:
             raise Error("set_data_group: an async round is running", "not allowed")
         if inject is not None:
+            if not isinstance(inject, str):
+                raise Error(f"inject must be a str (a fault spec) or None, got {inject!r}")
             self._options["inject"] = inject
         self._broken = None
         self._set_up(data_group)
@@ -295,7 +298,7 @@ class Migrator:
         report = _report([self._layer_dict(layer) for layer in result.layers], result.seconds, result.retries)
         report["commit"] = self._commit
         report["plane"] = self.plane
-        report["transfer_schedule"] = self._transfer_schedule
+        report["transfer_schedule"] = self._native.transfer_schedule  # what the C++ executor was given
         return report
 
     def _round_error(self, result) -> MigrationError:

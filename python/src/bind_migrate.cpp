@@ -75,6 +75,7 @@ class Migration {
   void forget_checksums(const std::vector<int>& layers);
   py::tuple agree(const IndexArray& phy2log, int64_t num_experts, double seconds, const std::string& check_failure);
   std::string plane_name() const { return plane_->name(); }
+  const MigrateOptions& options() const { return options_; }
   std::string broken() const { return plane_->broken(); }
   py::object take_callback_failure() {
     if (!callback_failure_) return py::none();
@@ -122,13 +123,17 @@ Migration::Migration(std::shared_ptr<ProcessGroup> group, py::object transfer,
   options_.timeout_seconds = timeout_seconds;  // 0: automatic (derive_deadlines)
   options_.retries = retries;
   options_.commit = commit == "swap" ? CommitMode::Swap : CommitMode::Copy;
-  options_.transfer_schedule = value_or_throw(transfer_schedule_named(transfer_schedule));
   throw_if_error(validate_timeouts(options_));
   const double setup_seconds = derive_deadlines(options_, 0).setup_seconds;
-  if (!problem.empty()) {  // every rank fails with this rank's reason
+  auto schedule = transfer_schedule_named(transfer_schedule);
+  const std::string reason = !problem.empty() ? problem
+                             : schedule       ? ""
+                                              : "transfer_schedule: " + schedule.status().message();
+  if (!reason.empty()) {  // every rank fails with this rank's reason
     py::gil_scoped_release release;
-    throw_if_error(Migrator::refuse_setup(*group_, problem, Deadline::after_seconds(setup_seconds)));
+    throw_if_error(Migrator::refuse_setup(*group_, reason, Deadline::after_seconds(setup_seconds)));
   }
+  options_.transfer_schedule = *schedule;
   if (py::isinstance<AgentHandle>(transfer)) agent_ = transfer.cast<std::shared_ptr<AgentHandle>>();
   else python_plane_ = transfer;
   adopt(layers, staging, slots_per_rank);
@@ -401,6 +406,8 @@ void bind_migrate(py::module_& module) {
       .def("agree", &Migration::agree, py::arg("phy2log"), py::arg("num_experts"), py::arg("seconds"),
            py::arg("check_failure"))
       .def_property_readonly("plane", &Migration::plane_name)
+      .def_property_readonly("transfer_schedule",
+                             [](const Migration& m) { return transfer_schedule_name(m.options().transfer_schedule); })
       .def_property_readonly("broken", &Migration::broken);
   py::class_<AsyncRound>(module, "AsyncMigration")
       .def("commit_ready", &AsyncRound::commit_ready, py::arg("step"), py::arg("max_layers"))

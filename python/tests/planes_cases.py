@@ -99,7 +99,7 @@ def _round(rank, world, migrator, weights, old, new) -> dict:
     try:
         report = migrator.migrate(old, new)
         outcome.update(retries=report["totals"]["retries"], plane=report["plane"],
-                       failures=[item["failure"] for item in report["layers"] if item["failure"]][:1])
+                       moved=report["totals"]["bytes_moved"], failures=[item["failure"] for item in report["layers"] if item["failure"]][:1])
     except eplb.MigrationError as failure:
         outcome.update(error=str(failure), type=type(failure).__name__, code=failure.code, peer=failure.peer,
                        committed=failure.committed_layers)

@@ -27,7 +27,7 @@ Result<std::optional<LinkBandwidths>> transfer_schedule_named(std::string_view n
   if (name == "ranks") return std::optional<LinkBandwidths>{LinkBandwidths{1, 1, 0}};
   if (name == "hosts") return std::optional<LinkBandwidths>{LinkBandwidths{1, 1, 1}};
   return error(Code::InvalidArgument,
-               fmt::format("the transfer schedule must be {}, got '{}'", kTransferScheduleNames, name));
+               fmt::format("must be {}, got '{}'", kTransferScheduleNames, name));
 }
 
 std::string transfer_schedule_name(const std::optional<LinkBandwidths>& schedule) {

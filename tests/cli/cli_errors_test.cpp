@@ -17,7 +17,8 @@ using testing_support::run_eplb;
 TEST(CliErrors, ArgumentErrorsExitTwo) {
   for (const std::string arguments :
        {"rebalance --replicas abc", "rebalance --nosuchflag", "rebalance --format yaml", "run --ranks",
-        "simulate --layers 0", "rebalance --threads 0", "gen-load --layers 1 --experts"}) {
+        "simulate --layers 0", "rebalance --threads 0", "gen-load --layers 1 --experts",
+        "run --transfer-schedule nics"}) {
     CliRun run = run_eplb(arguments);
     EXPECT_EQ(run.exit_code, 2) << arguments << "\n" << run.output;
   }

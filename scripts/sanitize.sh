@@ -93,7 +93,7 @@ case "$mode" in
     # report that ends the interpreter in the middle of a test is printed
     # (with fd capture it went to pytest's temporary file and was lost).
     EPLB_CLI="${EPLB_CLI:-$root/build/eplb}" LD_PRELOAD="$(gcc -print-file-name="lib$kind.so"):$(gcc -print-file-name=libstdc++.so.6)" \
-      "$dir/venv/bin/python" -m pytest -q -p no:cacheprovider --capture=sys "${tests[@]}" "$@"
+      "$dir/venv/bin/python" -m pytest -q --durations=15 -p no:cacheprovider --capture=sys "${tests[@]}" "$@"
     ;;
   *) echo "usage: $0 asan|tsan|python-asan|python-tsan" >&2; exit 2 ;;
 esac

@@ -155,7 +155,7 @@ Result<std::vector<size_t>> wait_requests(std::vector<MPI_Request>& requests, De
   }
 }
 
-std::string collective_name(MessageKind kind, uint64_t sequence) {
+std::string mpi_collective_name(MessageKind kind, uint64_t sequence) {
   return fmt::format("mpi {} #{}", bootstrap::kind_name(kind), sequence);
 }
 
@@ -300,7 +300,7 @@ Result<std::vector<std::string>> MpiGroup::exchange(Collective collective, std::
   const MessageKind kind = bootstrap::message_kind(collective);
   const uint64_t sequence = ++sequence_;
   auto x = std::make_unique<Exchange>();
-  x->what = collective_name(kind, sequence);
+  x->what = mpi_collective_name(kind, sequence);
   if (!broken_.is_ok())
     return error(broken_.code(),
                  fmt::format("{}: the group is unusable after an earlier failure: {}", x->what, broken_.message()));

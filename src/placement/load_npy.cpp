@@ -38,7 +38,7 @@ struct Header {
   std::vector<uint64_t> shape;
 };
 
-std::string quoted(std::string_view text) {
+std::string quote_text(std::string_view text) {
   std::string out = "'";
   for (char c : text.substr(0, 40)) {
     unsigned char u = static_cast<unsigned char>(c);
@@ -69,7 +69,7 @@ class HeaderParser {
       std::string key;
       EPLB_TRY(parse_string(key));
       skip_space();
-      if (!eat(':')) return fail("expected ':' after key " + quoted(key));
+      if (!eat(':')) return fail("expected ':' after key " + quote_text(key));
       skip_space();
       if (key == "descr") {
         if (header.has_descr) return fail("key 'descr' appears twice");
@@ -86,7 +86,7 @@ class HeaderParser {
         header.has_shape = true;
         EPLB_TRY(parse_shape(header.shape));
       } else {
-        return fail("unknown header key " + quoted(key) + " (expected 'descr', 'fortran_order', 'shape')");
+        return fail("unknown header key " + quote_text(key) + " (expected 'descr', 'fortran_order', 'shape')");
       }
       skip_space();
       if (eat(',')) continue;
@@ -94,7 +94,7 @@ class HeaderParser {
       return fail("expected ',' or '}' in the header dict");
     }
     skip_space();
-    if (pos_ != text_.size()) return fail("unexpected text after the header dict: " + quoted(text_.substr(pos_)));
+    if (pos_ != text_.size()) return fail("unexpected text after the header dict: " + quote_text(text_.substr(pos_)));
     if (!header.has_descr) return fail_at(0, "header has no 'descr' key");
     if (!header.has_fortran) return fail_at(0, "header has no 'fortran_order' key");
     if (!header.has_shape) return fail_at(0, "header has no 'shape' key");
@@ -120,7 +120,7 @@ class HeaderParser {
   }
   Status fail(const std::string& what) const {
     if (pos_ >= text_.size()) return fail_at(pos_, what + " (header ends early)");
-    return fail_at(pos_, what + ", found " + quoted(text_.substr(pos_, 12)));
+    return fail_at(pos_, what + ", found " + quote_text(text_.substr(pos_, 12)));
   }
   Status unsupported(const std::string& what) const {
     return file_error(Code::Unsupported, name_, fmt::format("byte {}: {}", base_ + pos_, what));
@@ -191,7 +191,7 @@ class HeaderParser {
 
 Result<Dtype> parse_descr(const std::string& descr, std::string_view name, size_t at) {
   auto bad = [&](Code code, const std::string& why) {
-    return file_error(code, name, fmt::format("byte {}: dtype {} {}", at, quoted(descr), why));
+    return file_error(code, name, fmt::format("byte {}: dtype {} {}", at, quote_text(descr), why));
   };
   const char* supported = "(supported: '<i4', '<i8', '<f4', '<f8', and '<i1' '|i1' '<u1' '|u1' '<i2' '<u2' '<u4' '<u8')";
   if (descr.size() < 3) return bad(Code::Unsupported, std::string("is not supported ") + supported);
@@ -251,7 +251,7 @@ Result<Frame> check_prefix(std::span<const uint8_t> bytes, std::string_view name
   if (std::memcmp(bytes.data(), kMagic, magic_seen) != 0)
     return file_error(Code::ParseError, name,
                       fmt::format("byte 0: not a .npy file (wrong magic {}, expected '\\x93NUMPY')",
-                                  quoted(std::string_view(reinterpret_cast<const char*>(bytes.data()), magic_seen))));
+                                  quote_text(std::string_view(reinterpret_cast<const char*>(bytes.data()), magic_seen))));
   if (bytes.size() < 8)
     return file_error(Code::ParseError, name,
                       fmt::format("byte {}: truncated in the magic/version (file has {} "
@@ -406,7 +406,7 @@ Result<LoadTrace> parse_npy(std::span<const uint8_t> bytes, std::string_view nam
         Code::ParseError, name,
         fmt::format("byte {}: truncated: shape {} of {} needs {} data bytes after byte {}, the file "
                     "has {}",
-                    bytes.size(), shape_text(header.shape), quoted(header.descr), needed, data_start, available));
+                    bytes.size(), shape_text(header.shape), quote_text(header.descr), needed, data_start, available));
   if (available > needed) return extra_bytes_error(layout, bytes.size(), name);
   LoadTrace trace;
   const bool three_d = header.shape.size() == 3;

@@ -31,7 +31,7 @@
 namespace eplb::xfer {
 namespace {
 
-constexpr char kMagic[4] = {'E', 'P', 'C', 'M'};
+constexpr char kCmaTrailerMagic[4] = {'E', 'P', 'C', 'M'};
 constexpr size_t kBootIdLength = 36;
 constexpr size_t kTrailerLength = 4 + 4 + 4 + 8 + kBootIdLength;
 
@@ -153,7 +153,7 @@ class CmaBackend final : public Backend {
   }
   std::vector<uint8_t> connection_info() const override {
     bytes::Writer trailer;
-    trailer.raw(std::string_view(kMagic, 4));
+    trailer.raw(std::string_view(kCmaTrailerMagic, 4));
     trailer.u32(host_.pid);
     trailer.u32(host_.uid);
     trailer.u64(host_.pid_namespace);
@@ -172,7 +172,7 @@ class CmaBackend final : public Backend {
   }
   Result<std::unique_ptr<BackendPeer>> connect(const std::string& peer_name,
                                                std::span<const uint8_t> info) override {
-    if (info.size() < kTrailerLength || std::memcmp(info.data() + info.size() - kTrailerLength, kMagic, 4) != 0)
+    if (info.size() < kTrailerLength || std::memcmp(info.data() + info.size() - kTrailerLength, kCmaTrailerMagic, 4) != 0)
       return Status(Code::Mismatch, "cma: the connection info of agent " + peer_name + " has no cma trailer");
     const uint8_t* trailer = info.data() + info.size() - kTrailerLength;
     Host peer_host{bytes::load<uint32_t>(trailer + 4), bytes::load<uint32_t>(trailer + 8),

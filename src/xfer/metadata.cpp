@@ -15,7 +15,7 @@
 namespace eplb::xfer {
 namespace {
 
-constexpr uint8_t kMagic[4] = {'E', 'P', 'X', 'M'};
+constexpr uint8_t kMetadataMagic[4] = {'E', 'P', 'X', 'M'};
 constexpr size_t kHeaderLength = 12;  // magic, version, flags, total length
 constexpr size_t kChecksumLength = 8;
 constexpr size_t kMinRegionLength = 8 + 8 + 8 + 1 + 4 + 4;
@@ -112,7 +112,7 @@ Result<size_t> check_frame(std::span<const uint8_t> data, std::string_view secre
                                       kHeaderLength + kChecksumLength));
   if (data.size() > kMaxMetadataLength)
     return reader.fail(0, fmt::format("oversized: more than {} bytes", kMaxMetadataLength));
-  if (std::memcmp(data.data(), kMagic, sizeof kMagic) != 0) return reader.fail(0, "bad magic (not eplb agent metadata)");
+  if (std::memcmp(data.data(), kMetadataMagic, sizeof kMetadataMagic) != 0) return reader.fail(0, "bad magic (not eplb agent metadata)");
   const uint16_t version = bytes::load<uint16_t>(data.data() + 4);
   if (version != kMetadataVersion)
     return reader.fail(4, fmt::format("unsupported version {} (this build reads version {})", version,
@@ -199,7 +199,7 @@ Result<std::vector<uint8_t>> encode_metadata(const AgentMetadata& metadata, std:
     return too_long("connection info", metadata.connection_info.size(), kMaxConnectionInfoLength);
   if (metadata.regions.size() > kMaxRegionCount) return too_long("region list", metadata.regions.size(), kMaxRegionCount);
   bytes::Writer writer;
-  writer.raw(std::span<const uint8_t>(kMagic, sizeof kMagic));
+  writer.raw(std::span<const uint8_t>(kMetadataMagic, sizeof kMetadataMagic));
   writer.u16(kMetadataVersion);
   writer.u16(uint16_t((metadata.complete ? kMetadataComplete : 0) | (secret.empty() ? 0 : kMetadataSealed)));
   writer.u32(0);  // total length, patched below

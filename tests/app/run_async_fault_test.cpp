@@ -41,7 +41,7 @@ struct FaultCase {
 
 void PrintTo(const FaultCase& fault, std::ostream* out) { *out << fault.name; }
 
-bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using eplb::testing_support::contains;
 
 // Every survivor states its state, verified, and all on the same mapping.
 void expect_survivors_agree(const Outcome& outcome, int survivors) {

@@ -18,13 +18,9 @@ namespace {
 
 using Outcome = eplb::testing_support::BoundedRun;
 
-const std::string kBinary = EPLB_BINARY_DIR "/eplb";
-const std::string kSmall =
-    " --layers 3 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds 2 --window 10";
+using eplb::testing_support::kBinary;
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/eplb_async_" + std::to_string(getpid()) + "_" + name;
-}
+std::string async_temp_path(const std::string& name) { return eplb::testing_support::temp_path("async", name); }
 
 void expect_stats(const nlohmann::json& stats) {
   for (const char* key : {"steps", "step_seconds_p50", "step_seconds_p99", "stall_seconds_total",
@@ -57,10 +53,10 @@ class AsyncRunOverUcx : public ::testing::TestWithParam<std::tuple<int, std::str
 
 TEST_P(AsyncRunOverUcx, ServesInLockstepWithNoInconsistentRead) {
   const auto [ranks, commit] = GetParam();
-  const std::string json_path = temp_path(std::to_string(ranks) + commit + ".json");
+  const std::string json_path = async_temp_path(std::to_string(ranks) + commit + ".json");
   Outcome outcome = eplb::testing_support::run_bounded(
       kBinary + " run --async --commit " + commit + " --step-ms 1 --serve-share 0.5 --ranks " + std::to_string(ranks) +
-          " --nodes 2" + kSmall + " --json " + json_path,
+          " --nodes 2" + eplb::testing_support::kSmallRun + " --json " + json_path,
       "", 90);
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_NE(outcome.output.find("verified byte for byte against the mapping"), std::string::npos) << outcome.output;

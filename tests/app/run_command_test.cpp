@@ -17,18 +17,14 @@ namespace {
 
 using Outcome = eplb::testing_support::BoundedRun;
 
-const std::string kBinary = EPLB_BINARY_DIR "/eplb";
-const std::string kSmall =
-    " --layers 3 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds 2 --window 10";
+using eplb::testing_support::kBinary;
 
 Outcome run(const std::string& arguments, const std::string& environment = "", int limit_seconds = 90) {
   Outcome outcome = eplb::testing_support::run_bounded(arguments, environment, limit_seconds);
   return outcome;
 }
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/eplb_run_" + std::to_string(getpid()) + "_" + name;
-}
+std::string run_temp_path(const std::string& name) { return eplb::testing_support::temp_path("run", name); }
 
 bool mpirun_installed() { return system("command -v mpirun >/dev/null 2>&1") == 0; }
 
@@ -54,9 +50,9 @@ class RunOverUcx : public ::testing::TestWithParam<std::tuple<int, std::string>>
 
 TEST_P(RunOverUcx, EveryRoundVerifiesOnEveryRank) {
   auto [ranks, transport] = GetParam();
-  std::string json = temp_path("ucx_" + std::to_string(ranks) + transport + ".json");
+  std::string json = run_temp_path("ucx_" + std::to_string(ranks) + transport + ".json");
   Outcome outcome = run(kBinary + " run --ranks " + std::to_string(ranks) + " --nodes 2 --transport " + transport +
-                        kSmall + " --json " + json);
+                        eplb::testing_support::kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   EXPECT_EQ(parsed["topology"]["ranks"], ranks);
@@ -71,9 +67,9 @@ INSTANTIATE_TEST_SUITE_P(RanksAndTransports, RunOverUcx,
                          });
 
 TEST(RunCommand, LoopbackThreadsWithTensorsAndPolicy) {
-  std::string json = temp_path("loopback.json");
+  std::string json = run_temp_path("loopback.json");
   Outcome outcome = run(kBinary + " run --transport loopback --ranks 4 --policy deepseek --tensors "
-                                  "w1:40KiB,w2:20000,scale:256" + kSmall + " --json " + json);
+                                  "w1:40KiB,w2:20000,scale:256" + eplb::testing_support::kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   ASSERT_EQ(parsed["tensors"].size(), 3u);
@@ -86,9 +82,9 @@ TEST(RunCommand, LoopbackThreadsWithTensorsAndPolicy) {
 // every rank's live rows stay whole (old or new) and verify after each round.
 // Then the same over UCX shared memory.
 TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
-  std::string json = temp_path("sync_swap.json");
+  std::string json = run_temp_path("sync_swap.json");
   Outcome outcome = run(kBinary + " run --ranks 4 --transport loopback --commit swap --retries 10 "
-                                  "--inject corrupt=0.3,seed=4" + kSmall + " --json " + json);
+                                  "--inject corrupt=0.3,seed=4" + eplb::testing_support::kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   int retries = 0;
@@ -99,7 +95,7 @@ TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
   EXPECT_GT(parsed["spare_bytes"].get<uint64_t>(), 0u);
   std::remove(json.c_str());
   // Over UCX shared memory, peers read whichever buffer a rank published live.
-  Outcome over_shm = run(kBinary + " run --ranks 2 --nodes 2 --transport shm --commit swap" + kSmall + " --json " + json);
+  Outcome over_shm = run(kBinary + " run --ranks 2 --nodes 2 --transport shm --commit swap" + eplb::testing_support::kSmallRun + " --json " + json);
   expect_all_verified(over_shm, json, 2);
   std::remove(json.c_str());
 }
@@ -116,9 +112,9 @@ TEST(RunCommand, BadOptionsFailWithOneClearLine) {
 }
 
 TEST(RunCommand, InjectedErrorsAreRetriedAndTheRunCompletes) {
-  std::string json = temp_path("inject_err.json");
+  std::string json = run_temp_path("inject_err.json");
   Outcome outcome = run(kBinary + " run --transport loopback --ranks 4 --retries 10 --inject err=0.1,seed=3" +
-                        kSmall + " --json " + json);
+                        eplb::testing_support::kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   int retries = 0;
@@ -128,8 +124,8 @@ TEST(RunCommand, InjectedErrorsAreRetriedAndTheRunCompletes) {
 }
 
 TEST(RunCommand, StalledTransfersAbortCleanlyWithinTheDeadline) {
-  std::string json = temp_path("stall.json");
-  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 0.5 --retries 1 --inject stall=1" + kSmall +
+  std::string json = run_temp_path("stall.json");
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 0.5 --retries 1 --inject stall=1" + eplb::testing_support::kSmallRun +
                         " --json " + json);
   EXPECT_NE(outcome.exit_code, 0) << outcome.output;
   EXPECT_LT(outcome.seconds, 30) << outcome.output;
@@ -149,7 +145,7 @@ TEST(RunCommand, StalledTransfersAbortCleanlyWithinTheDeadline) {
 }
 
 TEST(RunCommand, KilledRankMakesTheOthersStopWithinTheDeadline) {
-  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 2" + kSmall, "EPLB_TEST_KILL_RANK_AT_LAYER=2:1");
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 2" + eplb::testing_support::kSmallRun, "EPLB_TEST_KILL_RANK_AT_LAYER=2:1");
   EXPECT_NE(outcome.exit_code, 0) << outcome.output;
   EXPECT_LT(outcome.seconds, 40) << outcome.output;
   EXPECT_NE(outcome.output.find("rank 2"), std::string::npos) << outcome.output;
@@ -162,9 +158,9 @@ TEST(RunCommand, KilledRankMakesTheOthersStopWithinTheDeadline) {
 
 TEST(RunCommand, MpirunStartsTheRanks) {
   if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
-  std::string json = temp_path("mpi.json");
+  std::string json = run_temp_path("mpi.json");
   Outcome outcome = run("mpirun --allow-run-as-root --oversubscribe -np 4 " + kBinary +
-                            " run --bootstrap mpi --nodes 2" + kSmall + " --json " + json,
+                            " run --bootstrap mpi --nodes 2" + eplb::testing_support::kSmallRun + " --json " + json,
                         "", 120);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
@@ -177,9 +173,9 @@ TEST(RunCommand, MpirunStartsTheRanks) {
 // both groups' MPI calls are serialized (mpi_group.cpp), swap commits.
 TEST(RunCommand, MpirunRunsTheAsyncServingLoop) {
   if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
-  std::string json = temp_path("mpi-async.json");
+  std::string json = run_temp_path("mpi-async.json");
   Outcome outcome = run("mpirun --allow-run-as-root --oversubscribe -np 4 " + kBinary +
-                            " run --bootstrap mpi --nodes 2 --async --commit swap --step-ms 2" + kSmall +
+                            " run --bootstrap mpi --nodes 2 --async --commit swap --step-ms 2" + eplb::testing_support::kSmallRun +
                             " --json " + json,
                         "", 120);
   expect_all_verified(outcome, json, 2);
@@ -198,7 +194,7 @@ TEST(RunCommand, MpirunRunsTheAsyncServingLoop) {
 // expert group: the policy then balances globally and moves experts across nodes.
 TEST(RunCommand, AcrossTwoNetworkNamespacesOverTcp) {
   if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
-  std::string json = temp_path("netns.json");
+  std::string json = run_temp_path("netns.json");
   Outcome outcome = run("bash " EPLB_SOURCE_DIR "/scripts/netns_mpirun.sh -n 4 " + kBinary +
                             " run --bootstrap mpi --transport tcp --nodes 2 --layers 3 --experts 16 --replicas 24"
                             " --groups 1 --bytes-per-expert 512KiB --rounds 2 --window 10 --json " + json,
@@ -235,7 +231,7 @@ TEST(RunCommand, AcrossTwoNetworkNamespacesOverTcp) {
 
 TEST(RunCommand, RanksWithDifferentInputsAreRefusedBeforeAnythingMoves) {
   if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
-  const std::string common = " run --bootstrap mpi --nodes 2" + kSmall;
+  const std::string common = " run --bootstrap mpi --nodes 2" + eplb::testing_support::kSmallRun;
   const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 " + kBinary + common + " : -np 2 " +
                              kBinary + common;
   Outcome policy = run(mpirun + " --policy relabel", "", 60);

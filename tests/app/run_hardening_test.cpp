@@ -20,7 +20,7 @@ namespace {
 using eplb::testing_support::BoundedRun;
 using eplb::testing_support::run_bounded;
 
-const std::string kBinary = EPLB_BINARY_DIR "/eplb";
+using eplb::testing_support::kBinary;
 const std::string kShape = " --layers 3 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB";
 const std::string kSmall = kShape + " --window 10";
 

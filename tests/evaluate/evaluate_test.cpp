@@ -5,33 +5,15 @@
 #include <random>
 
 #include "eplb/evaluate.h"
+#include "evaluate_support.h"
 
 namespace eplb {
 namespace {
 
-// A drifting lognormal trace made here (this test links only the evaluate
-// module, not sim): every expert's log-popularity is a mean-reverting walk.
-LoadTrace drifting_trace() {
-  LoadTrace trace;
-  trace.num_steps = 60;
-  trace.num_layers = 3;
-  trace.num_experts = 16;
-  std::mt19937_64 rng(4);
-  std::normal_distribution<double> normal;
-  std::vector<double> score(size_t(trace.num_layers * trace.num_experts));
-  for (double& value : score) value = normal(rng);
-  for (int step = 0; step < trace.num_steps; ++step)
-    for (double& value : score) {
-      value = 0.98 * value + 0.2 * normal(rng);
-      trace.values.push_back(std::round(1000.0 * std::exp(value)));
-    }
-  return trace;
-}
-
-const Topology kTopology{3, 16, 24, 4, 2, 8};
+using evaluate_support::kTopology;
 
 TEST(Evaluate, ReproducibleRows) {
-  LoadTrace trace = drifting_trace();
+  LoadTrace trace = evaluate_support::drifting_trace(60, 4);
   EvaluateOptions options;
   options.window = 10;
   options.bytes_per_expert = 1000;
@@ -57,7 +39,7 @@ TEST(Evaluate, ReproducibleRows) {
 }
 
 TEST(Evaluate, RelabelMatchesDeepseekBalanceWithFewerSlots) {
-  LoadTrace trace = drifting_trace();
+  LoadTrace trace = evaluate_support::drifting_trace(60, 4);
   EvaluateOptions options;
   options.window = 10;
   auto deepseek = evaluate_policy(trace, kTopology, "deepseek", options).value();
@@ -70,7 +52,7 @@ TEST(Evaluate, RelabelMatchesDeepseekBalanceWithFewerSlots) {
 }
 
 TEST(Evaluate, IncrementalMovesWithinItsBudget) {
-  LoadTrace trace = drifting_trace();
+  LoadTrace trace = evaluate_support::drifting_trace(60, 4);
   EvaluateOptions options;
   options.window = 10;
   options.policy.budget = 2;
@@ -80,7 +62,7 @@ TEST(Evaluate, IncrementalMovesWithinItsBudget) {
 }
 
 TEST(Evaluate, EstimatorAndHistoryAreUsed) {
-  LoadTrace trace = drifting_trace();
+  LoadTrace trace = evaluate_support::drifting_trace(60, 4);
   EvaluateOptions options;
   options.window = 10;
   auto plain = evaluate_policy(trace, kTopology, "deepseek", options).value();
@@ -93,7 +75,7 @@ TEST(Evaluate, EstimatorAndHistoryAreUsed) {
 }
 
 TEST(Evaluate, BadArguments) {
-  LoadTrace trace = drifting_trace();
+  LoadTrace trace = evaluate_support::drifting_trace(60, 4);
   EvaluateOptions options;
   options.window = 40;  // 60 steps hold only one window of 40
   EXPECT_EQ(evaluate_policy(trace, kTopology, "deepseek", options).status().code(), Code::InvalidArgument);

@@ -8,28 +8,12 @@
 #include <random>
 
 #include "eplb/evaluate.h"
+#include "evaluate_support.h"
 
 namespace eplb {
 namespace {
 
-LoadTrace drifting_trace() {
-  LoadTrace trace;
-  trace.num_steps = 40;
-  trace.num_layers = 3;
-  trace.num_experts = 16;
-  std::mt19937_64 rng(8);
-  std::normal_distribution<double> normal;
-  std::vector<double> score(size_t(trace.num_layers * trace.num_experts));
-  for (double& value : score) value = normal(rng);
-  for (int step = 0; step < trace.num_steps; ++step)
-    for (double& value : score) {
-      value = 0.98 * value + 0.2 * normal(rng);
-      trace.values.push_back(std::round(1000.0 * std::exp(value)));
-    }
-  return trace;
-}
-
-const Topology kTopology{3, 16, 24, 4, 2, 8};
+using evaluate_support::kTopology;
 
 SimulateOptions options_for(StallMode mode) {
   SimulateOptions options;
@@ -41,7 +25,7 @@ SimulateOptions options_for(StallMode mode) {
 }
 
 TEST(Simulate, PolicyReplayMatchesEvaluateAndASequenceOfItsPlacements) {
-  const LoadTrace trace = drifting_trace();
+  const LoadTrace trace = evaluate_support::drifting_trace(40, 8);
   EvaluateOptions evaluate;
   evaluate.window = 10;
   auto rows = evaluate_policy(trace, kTopology, "deepseek", evaluate);
@@ -75,7 +59,7 @@ TEST(Simulate, PolicyReplayMatchesEvaluateAndASequenceOfItsPlacements) {
 }
 
 TEST(Simulate, StallModesAndBadSequences) {
-  const LoadTrace trace = drifting_trace();
+  const LoadTrace trace = evaluate_support::drifting_trace(40, 8);
   const Placement before = default_placement(kTopology);
   std::vector<int32_t> shuffled = before.phy2log_data();
   std::mt19937_64 rng(1);

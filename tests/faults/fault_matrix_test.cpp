@@ -24,7 +24,7 @@ namespace {
 
 using Outcome = eplb::testing_support::BoundedRun;
 
-const std::string kBinary = EPLB_BINARY_DIR "/eplb";
+using eplb::testing_support::kBinary;
 // A tiny model: LAYERS layers of 16 experts in 24 slots, ROUNDS rounds.
 std::string shape(int layers, int rounds, const std::string& bytes = "16KiB") {
   return " --layers " + std::to_string(layers) + " --experts 16 --replicas 24 --groups 4 --bytes-per-expert " + bytes +
@@ -46,7 +46,7 @@ std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "/eplb_faults_" + std::to_string(getpid()) + "_" + name;
 }
 
-bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using eplb::testing_support::contains;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream file(path);

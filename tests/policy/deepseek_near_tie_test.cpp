@@ -20,7 +20,7 @@ const nlohmann::json& fixture(const char* name) {
   return cases.at(name);
 }
 
-Topology topology_of(const nlohmann::json& c) {
+Topology near_tie_topology(const nlohmann::json& c) {
   const auto& t = c.at("topology");
   return Topology{t[0].get<int>(), t[1].get<int>(), t[2].get<int>(), t[3].get<int>(), t[4].get<int>(), t[5].get<int>()};
 }
@@ -44,7 +44,7 @@ std::vector<int32_t> naive_phy2log(const LoadMatrix& load, const Topology& topol
 // (1625.80650 and 1625.80640): in float32 the lower rank wins the tie.
 TEST(DeepSeekFloatNearTies, RanksTiedInFloat32GoToTheLowerRankAsInTheReference) {
   const nlohmann::json& c = fixture("rank_tie");
-  const Topology topology = topology_of(c);
+  const Topology topology = near_tie_topology(c);
   const LoadMatrix load = load_of(c);
   auto placement = deepseek_placement(load, topology);
   ASSERT_TRUE(placement.is_ok()) << placement.status().to_string();
@@ -63,7 +63,7 @@ TEST(DeepSeekFloatNearTies, RanksTiedInFloat32GoToTheLowerRankAsInTheReference) 
 // way. Groups 0 and 1 hold the same 32 values in different orders.
 TEST(DeepSeekFloatNearTies, GroupLoadsAreSummedInIndexOrder) {
   const nlohmann::json& c = fixture("group_sum_order");
-  const Topology topology = topology_of(c);
+  const Topology topology = near_tie_topology(c);
   const LoadMatrix load = load_of(c);
   auto sum_in_index_order = [&](int g) {
     float sum = 0.0f;

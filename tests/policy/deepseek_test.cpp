@@ -30,14 +30,14 @@ std::vector<int32_t> flat(const nlohmann::json& nested) {
   return out;
 }
 
-Topology topology_of(const nlohmann::json& example) {
+Topology example_topology(const nlohmann::json& example) {
   return Topology{int(example["load"].size()),      int(example["load"][0].size()), example["num_replicas"].get<int>(),
                   example["num_groups"].get<int>(), example["num_nodes"].get<int>(), example["num_ranks"].get<int>()};
 }
 
 TEST(DeepSeek, ReproducesThePublishedWorkedExample) {
   auto example = testing_support::read_json(testing_support::reference_path("deepseek_readme_example.json"));
-  Topology topology = topology_of(example);
+  Topology topology = example_topology(example);
   ASSERT_TRUE(topology.hierarchical());
   auto placement = deepseek_placement(testing_support::load_from_json(example["load"]), topology);
   ASSERT_TRUE(placement.is_ok()) << placement.status().to_string();
@@ -49,7 +49,7 @@ TEST(DeepSeek, ReproducesThePublishedWorkedExample) {
 
 TEST(DeepSeek, GreedyWorstCaseMatchesTheReference) {
   auto example = testing_support::read_json(testing_support::reference_path("greedy_worst_case.json"));
-  Topology topology = topology_of(example);
+  Topology topology = example_topology(example);
   LoadMatrix load = testing_support::load_from_json(example["load"]);
   auto placement = deepseek_placement(load, topology);
   ASSERT_TRUE(placement.is_ok()) << placement.status().to_string();
@@ -337,7 +337,7 @@ TEST(DeepSeekPolicy, ByNameIgnoresTheCurrentPlacement) {
 TEST(DeepSeekPolicy, AntiAffinityIsPostProcessing) {
   auto policy = make_policy("deepseek").value();
   auto example = testing_support::read_json(testing_support::reference_path("greedy_worst_case.json"));
-  Topology topology = topology_of(example);
+  Topology topology = example_topology(example);
   PolicyOptions options;
   options.anti_affinity = true;
   // Post-processing: deepseek's exact output has two replicas of expert 1 on

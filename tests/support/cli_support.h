@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,18 @@
 #include <string>
 
 namespace eplb::testing_support {
+
+// The built CLI, and the small `eplb run` shape most run tests use.
+inline const std::string kBinary = EPLB_BINARY_DIR "/eplb";
+inline const std::string kSmallRun =
+    " --layers 3 --experts 16 --replicas 24 --groups 4 --bytes-per-expert 64KiB --rounds 2 --window 10";
+
+inline bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// A per-process path in gtest's temporary directory: <TempDir>/eplb_<tag>_<pid>_<name>.
+inline std::string temp_path(const std::string& tag, const std::string& name) {
+  return ::testing::TempDir() + "/eplb_" + tag + "_" + std::to_string(::getpid()) + "_" + name;
+}
 
 struct CliRun {
   int exit_code = -1;  // 128 + signal when the command was killed

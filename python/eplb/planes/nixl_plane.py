@@ -21,20 +21,49 @@ import os
 import socket
 import time
 import uuid
+import warnings
+from pathlib import Path
 
 from eplb.digest import KIND
 from eplb.errors import Error
 from eplb.planes.faults import FaultSpec
 from eplb.planes.rows import PRIMARY, SPARE, STAGING
 
-__all__ = ["NixlPlane", "real_nixl_agent"]
+__all__ = ["NixlPlane", "real_nixl_agent", "libnl_route_copies"]
+
+# docs/python.md, "### NIXL": measured with nixl 1.5.1 (nixl_cu13) on Debian 12 with rdma-core.
+TWO_LIBNL_WARNING = (
+    "this process loaded two copies of libnl-route-3: the nixl wheel's own ({wheel}) and the "
+    "system's ({system}), pulled in through libibverbs by its UCX's InfiniBand module; with nixl "
+    "1.5.1 such a process crashes with SIGSEGV at exit (rtnl_tc_unregister, after everything "
+    "else ran). Where no InfiniBand is used, UCX_MODULES=^ib in the environment keeps the system "
+    "copy out (docs/python.md, NIXL)")
+
+
+def libnl_route_copies(maps_text: str | None = None) -> list[str]:
+    """The distinct libnl-route-3 files mapped into this process (or into `maps_text`, a
+    /proc/<pid>/maps listing), sorted; an empty list where /proc cannot be read."""
+    if maps_text is None:
+        try:
+            maps_text = Path("/proc/self/maps").read_text()
+        except OSError:
+            return []
+    paths = {line.split()[-1] for line in maps_text.splitlines() if "libnl-route-3" in line}
+    return sorted(path for path in paths if path.startswith("/"))
 
 
 def real_nixl_agent(name: str):
-    """A real NIXL agent with the UCX backend (ImportError when the nixl package is not installed)."""
+    """A real NIXL agent with the UCX backend (ImportError when the nixl package is not installed).
+    Warns (RuntimeWarning) when the agent left two libnl-route-3 copies in the process."""
     from nixl._api import nixl_agent, nixl_agent_config
 
-    return nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+    agent = nixl_agent(name, nixl_agent_config(backends=["UCX"]))
+    copies = libnl_route_copies()
+    if len(copies) > 1:
+        wheel = next((path for path in copies if "nixl" in path), copies[0])
+        system = next((path for path in copies if path != wheel), copies[-1])
+        warnings.warn(TWO_LIBNL_WARNING.format(wheel=wheel, system=system), RuntimeWarning, stacklevel=2)
+    return agent
 
 
 class NixlPlane:

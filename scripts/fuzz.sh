@@ -3,8 +3,6 @@
 # for SECONDS seconds (default 10) from a copy of its seed corpus in
 # fuzz/corpus/<name>/ or fuzz/corpus/<name>_fuzzer/ (the repository corpus is
 # never modified), with fuzz/dict/<name>.dict as dictionary if present.
-# The tree is built without unity batches, so every library source is
-# compiled on its own here (it must include what it uses).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]   e.g. scripts/fuzz.sh 60 npy load_csv
 # Exits non-zero if a target finds a crash, a leak, a timeout or an invariant
 # violation; the reproducer is kept in build-fuzz/findings/<name>/.
@@ -18,7 +16,7 @@ generator=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); fi
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DEPLB_BUILD_FUZZERS=ON -DEPLB_BUILD_TESTS=OFF -DEPLB_BUILD_BENCH=OFF -DEPLB_UNITY_BUILD=OFF >/dev/null
+    -DEPLB_BUILD_FUZZERS=ON -DEPLB_BUILD_TESTS=OFF -DEPLB_BUILD_BENCH=OFF >/dev/null
 else
   cmake -S "$root" -B "$build" >/dev/null
 fi

@@ -112,7 +112,8 @@ Result<size_t> check_frame(std::span<const uint8_t> data, std::string_view secre
                                       kHeaderLength + kChecksumLength));
   if (data.size() > kMaxMetadataLength)
     return reader.fail(0, fmt::format("oversized: more than {} bytes", kMaxMetadataLength));
-  if (std::memcmp(data.data(), kMetadataMagic, sizeof kMetadataMagic) != 0) return reader.fail(0, "bad magic (not eplb agent metadata)");
+  if (std::memcmp(data.data(), kMetadataMagic, sizeof kMetadataMagic) != 0)
+    return reader.fail(0, "bad magic (not eplb agent metadata)");
   const uint16_t version = bytes::load<uint16_t>(data.data() + 4);
   if (version != kMetadataVersion)
     return reader.fail(4, fmt::format("unsupported version {} (this build reads version {})", version,

@@ -19,6 +19,7 @@ namespace {
 using Outcome = eplb::testing_support::BoundedRun;
 
 using eplb::testing_support::kBinary;
+using eplb::testing_support::kSmallRun;
 
 std::string async_temp_path(const std::string& name) { return eplb::testing_support::temp_path("async", name); }
 
@@ -56,7 +57,7 @@ TEST_P(AsyncRunOverUcx, ServesInLockstepWithNoInconsistentRead) {
   const std::string json_path = async_temp_path(std::to_string(ranks) + commit + ".json");
   Outcome outcome = eplb::testing_support::run_bounded(
       kBinary + " run --async --commit " + commit + " --step-ms 1 --serve-share 0.5 --ranks " + std::to_string(ranks) +
-          " --nodes 2" + eplb::testing_support::kSmallRun + " --json " + json_path,
+          " --nodes 2" + kSmallRun + " --json " + json_path,
       "", 90);
   ASSERT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_NE(outcome.output.find("verified byte for byte against the mapping"), std::string::npos) << outcome.output;

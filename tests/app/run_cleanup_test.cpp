@@ -31,6 +31,9 @@ namespace {
 
 using eplb::Deadline;
 namespace fs = std::filesystem;
+using eplb::testing_support::kSmallRun;
+// The small shape without its --rounds, for runs that set their own.
+const std::string kShapeWithoutRounds = kSmallRun.substr(0, kSmallRun.find(" --rounds"));
 
 // One `eplb run` started in the background: its pid is the launcher's.
 class BackgroundRun {
@@ -146,7 +149,7 @@ TEST_F(RunCleanup, KilledRankLeavesNoPosixFilesAndTheyWerePrivate) {
 }
 
 TEST_F(RunCleanup, SysvSegmentsOfTheRanksAreOwnerOnly) {
-  BackgroundRun run("--ranks 2 --nodes 1 --rounds 3" + eplb::testing_support::kSmallRun.substr(0, eplb::testing_support::kSmallRun.find(" --rounds")),
+  BackgroundRun run("--ranks 2 --nodes 1 --rounds 3" + kShapeWithoutRounds,
                     {"UCX_TLS=sysv,cma,self", "EPLB_TEST_SIGNAL=0:2:STOP"}, file("log"));
   // Rank 0 stops itself at layer 2: the segments are live while we look.
   std::vector<pid_t> ranks;
@@ -179,7 +182,7 @@ TEST_F(RunCleanup, SysvSegmentsOfTheRanksAreOwnerOnly) {
 
 TEST_F(RunCleanup, KilledLauncherLeavesDirectoriesTheNextLaunchSweeps) {
   const std::string tmp = "TMPDIR=" + dir_;
-  BackgroundRun first("--ranks 2 --nodes 1 --rounds 50" + eplb::testing_support::kSmallRun.substr(0, eplb::testing_support::kSmallRun.find(" --rounds")), {tmp},
+  BackgroundRun first("--ranks 2 --nodes 1 --rounds 50" + kShapeWithoutRounds, {tmp},
                       file("log1"));
   std::string rendezvous, scratch;
   ASSERT_TRUE(eventually([&] { return !(rendezvous = owned_dir(dir_, first.pid())).empty(); }, 20));
@@ -194,7 +197,7 @@ TEST_F(RunCleanup, KilledLauncherLeavesDirectoriesTheNextLaunchSweeps) {
     return true;
   }, 10));
   EXPECT_TRUE(fs::exists(rendezvous));
-  BackgroundRun second("--ranks 2 --nodes 1 --transport shm" + eplb::testing_support::kSmallRun, {tmp}, file("log2"));
+  BackgroundRun second("--ranks 2 --nodes 1 --transport shm" + kSmallRun, {tmp}, file("log2"));
   EXPECT_EQ(second.wait(90), 0) << eplb::testing_support::slurp(file("log2"));
   EXPECT_FALSE(fs::exists(rendezvous)) << rendezvous;
   EXPECT_FALSE(fs::exists(scratch)) << scratch;
@@ -237,7 +240,7 @@ bool forge_hello(const std::string& socket_path) {
 }
 
 TEST_F(RunCleanup, ForgedHelloDuringStartUpIsDroppedAndTheRunSucceeds) {
-  BackgroundRun run("--ranks 4 --nodes 2 --json " + file("report.json") + eplb::testing_support::kSmallRun,
+  BackgroundRun run("--ranks 4 --nodes 2 --json " + file("report.json") + kSmallRun,
                     {"TMPDIR=" + dir_, "EPLB_TEST_JOIN_DELAY=1:1500"}, file("log"));
   std::string rendezvous;
   ASSERT_TRUE(eventually([&] { return !(rendezvous = owned_dir(dir_, run.pid())).empty(); }, 20));

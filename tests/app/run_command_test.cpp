@@ -18,6 +18,7 @@ namespace {
 using Outcome = eplb::testing_support::BoundedRun;
 
 using eplb::testing_support::kBinary;
+using eplb::testing_support::kSmallRun;
 
 Outcome run(const std::string& arguments, const std::string& environment = "", int limit_seconds = 90) {
   Outcome outcome = eplb::testing_support::run_bounded(arguments, environment, limit_seconds);
@@ -52,7 +53,7 @@ TEST_P(RunOverUcx, EveryRoundVerifiesOnEveryRank) {
   auto [ranks, transport] = GetParam();
   std::string json = run_temp_path("ucx_" + std::to_string(ranks) + transport + ".json");
   Outcome outcome = run(kBinary + " run --ranks " + std::to_string(ranks) + " --nodes 2 --transport " + transport +
-                        eplb::testing_support::kSmallRun + " --json " + json);
+                        kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   EXPECT_EQ(parsed["topology"]["ranks"], ranks);
@@ -69,7 +70,7 @@ INSTANTIATE_TEST_SUITE_P(RanksAndTransports, RunOverUcx,
 TEST(RunCommand, LoopbackThreadsWithTensorsAndPolicy) {
   std::string json = run_temp_path("loopback.json");
   Outcome outcome = run(kBinary + " run --transport loopback --ranks 4 --policy deepseek --tensors "
-                                  "w1:40KiB,w2:20000,scale:256" + eplb::testing_support::kSmallRun + " --json " + json);
+                                  "w1:40KiB,w2:20000,scale:256" + kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   ASSERT_EQ(parsed["tensors"].size(), 3u);
@@ -84,7 +85,7 @@ TEST(RunCommand, LoopbackThreadsWithTensorsAndPolicy) {
 TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
   std::string json = run_temp_path("sync_swap.json");
   Outcome outcome = run(kBinary + " run --ranks 4 --transport loopback --commit swap --retries 10 "
-                                  "--inject corrupt=0.3,seed=4" + eplb::testing_support::kSmallRun + " --json " + json);
+                                  "--inject corrupt=0.3,seed=4" + kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   int retries = 0;
@@ -95,7 +96,7 @@ TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
   EXPECT_GT(parsed["spare_bytes"].get<uint64_t>(), 0u);
   std::remove(json.c_str());
   // Over UCX shared memory, peers read whichever buffer a rank published live.
-  Outcome over_shm = run(kBinary + " run --ranks 2 --nodes 2 --transport shm --commit swap" + eplb::testing_support::kSmallRun + " --json " + json);
+  Outcome over_shm = run(kBinary + " run --ranks 2 --nodes 2 --transport shm --commit swap" + kSmallRun + " --json " + json);
   expect_all_verified(over_shm, json, 2);
   std::remove(json.c_str());
 }
@@ -114,7 +115,7 @@ TEST(RunCommand, BadOptionsFailWithOneClearLine) {
 TEST(RunCommand, InjectedErrorsAreRetriedAndTheRunCompletes) {
   std::string json = run_temp_path("inject_err.json");
   Outcome outcome = run(kBinary + " run --transport loopback --ranks 4 --retries 10 --inject err=0.1,seed=3" +
-                        eplb::testing_support::kSmallRun + " --json " + json);
+                        kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   int retries = 0;
@@ -125,7 +126,7 @@ TEST(RunCommand, InjectedErrorsAreRetriedAndTheRunCompletes) {
 
 TEST(RunCommand, StalledTransfersAbortCleanlyWithinTheDeadline) {
   std::string json = run_temp_path("stall.json");
-  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 0.5 --retries 1 --inject stall=1" + eplb::testing_support::kSmallRun +
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 0.5 --retries 1 --inject stall=1" + kSmallRun +
                         " --json " + json);
   EXPECT_NE(outcome.exit_code, 0) << outcome.output;
   EXPECT_LT(outcome.seconds, 30) << outcome.output;
@@ -145,7 +146,7 @@ TEST(RunCommand, StalledTransfersAbortCleanlyWithinTheDeadline) {
 }
 
 TEST(RunCommand, KilledRankMakesTheOthersStopWithinTheDeadline) {
-  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 2" + eplb::testing_support::kSmallRun, "EPLB_TEST_KILL_RANK_AT_LAYER=2:1");
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --timeout 2" + kSmallRun, "EPLB_TEST_KILL_RANK_AT_LAYER=2:1");
   EXPECT_NE(outcome.exit_code, 0) << outcome.output;
   EXPECT_LT(outcome.seconds, 40) << outcome.output;
   EXPECT_NE(outcome.output.find("rank 2"), std::string::npos) << outcome.output;
@@ -160,7 +161,7 @@ TEST(RunCommand, MpirunStartsTheRanks) {
   if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
   std::string json = run_temp_path("mpi.json");
   Outcome outcome = run("mpirun --allow-run-as-root --oversubscribe -np 4 " + kBinary +
-                            " run --bootstrap mpi --nodes 2" + eplb::testing_support::kSmallRun + " --json " + json,
+                            " run --bootstrap mpi --nodes 2" + kSmallRun + " --json " + json,
                         "", 120);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
@@ -175,7 +176,7 @@ TEST(RunCommand, MpirunRunsTheAsyncServingLoop) {
   if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
   std::string json = run_temp_path("mpi-async.json");
   Outcome outcome = run("mpirun --allow-run-as-root --oversubscribe -np 4 " + kBinary +
-                            " run --bootstrap mpi --nodes 2 --async --commit swap --step-ms 2" + eplb::testing_support::kSmallRun +
+                            " run --bootstrap mpi --nodes 2 --async --commit swap --step-ms 2" + kSmallRun +
                             " --json " + json,
                         "", 120);
   expect_all_verified(outcome, json, 2);
@@ -231,7 +232,7 @@ TEST(RunCommand, AcrossTwoNetworkNamespacesOverTcp) {
 
 TEST(RunCommand, RanksWithDifferentInputsAreRefusedBeforeAnythingMoves) {
   if (!mpirun_installed()) GTEST_SKIP() << "mpirun not installed";
-  const std::string common = " run --bootstrap mpi --nodes 2" + eplb::testing_support::kSmallRun;
+  const std::string common = " run --bootstrap mpi --nodes 2" + kSmallRun;
   const std::string mpirun = "mpirun --allow-run-as-root --oversubscribe -np 2 " + kBinary + common + " : -np 2 " +
                              kBinary + common;
   Outcome policy = run(mpirun + " --policy relabel", "", 60);

@@ -42,9 +42,7 @@ Outcome run(const std::string& arguments, const std::string& environment = "", i
   return outcome;
 }
 
-std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "/eplb_faults_" + std::to_string(getpid()) + "_" + name;
-}
+std::string temp_path(const std::string& name) { return eplb::testing_support::temp_path("faults", name); }
 
 using eplb::testing_support::contains;
 

@@ -22,7 +22,11 @@
 # and pairs, the Python eplb.Migrator moves the same placements
 # (bench/testbed_migrator.py; OUT_DIR/py-<mode>-<i>.json and
 # links-py-<mode>-<i>.json; `bench/testbed_migrator.py report OUT_DIR`
-# compares the two). Needs root (network namespaces, tc);
+# compares the two). SCHEDULE_MODES (default "off hosts") lists the
+# --transfer-schedule values of each pair (e.g. "off hosts hosts-fenced";
+# bench/testbed_modes.py compares them). SKIP_CALIBRATION=1 leaves the calibration testbeds out
+# (a side-by-side comparison that bench/cluster_validation.py does not
+# read). Needs root (network namespaces, tc);
 # run under `flock /work/.cpu.lock`. Exit 77 when the testbed cannot be made.
 set -euo pipefail
 (($# >= 5)) || { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -48,8 +52,11 @@ job="$out/job.sh"
 cat > "$job" <<'JOB'
 set -euo pipefail
 out="$1"; repeats="$2"; shift 2
+read -r -a forward <<< "${SCHEDULE_MODES:-off hosts}"
+backward=()
+for ((m = ${#forward[@]} - 1; m >= 0; --m)); do backward+=("${forward[m]}"); done
 for ((i = 1; i <= repeats; ++i)); do
-  if ((i % 2)); then modes=(off hosts); else modes=(hosts off); fi
+  if ((i % 2)); then modes=("${forward[@]}"); else modes=("${backward[@]}"); fi
   for mode in "${modes[@]}"; do
     before="$("$CLUSTER_LINKS")"
     "$CLUSTER_MPIRUN" "$@" --transfer-schedule "$mode" --json "$out/run-$mode-$i.json" > "$out/run-$mode-$i.txt" 2>&1
@@ -75,6 +82,7 @@ if [[ "${CALIBRATION_ONLY:-0}" != 1 ]]; then
 fi
 # Calibration: the same runs with links that do not bind (10gbit), and the
 # same plans with 4 KiB experts (almost no bytes).
+if [[ "${SKIP_CALIBRATION:-0}" == 1 ]]; then exit 0; fi
 rm -rf "$out/calibration" "$out/calibration-4k"
 mkdir -p "$out/calibration" "$out/calibration-4k"
 "$root/scripts/netns_cluster.sh" -H "$hosts" -r "$per_host" --rate 10gbit --script "$job" "$out/calibration" 2 \

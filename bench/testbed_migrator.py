@@ -177,7 +177,7 @@ def main() -> int:
                              ("--bytes-per-expert", int, "bytes of one expert's row")]:
         rank.add_argument(name, type=kind, required=True, help=what)
     rank.add_argument("--policy", default="deepseek", help="placement policy (eplb.policies())")
-    rank.add_argument("--schedule", default="off", choices=["off", "ranks", "hosts"],
+    rank.add_argument("--schedule", default="off", choices=["off", "ranks", "hosts", "ranks-fenced", "hosts-fenced"],
                       help="Migrator(transfer_schedule=...)")
     rank.add_argument("--json", required=True, help="rank 0 writes the rounds here")
     compare = sub.add_parser("report", help="compare eplb run and the Python Migrator per configuration")

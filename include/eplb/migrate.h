@@ -271,6 +271,15 @@ struct MigrateOptions {
   // (docs/scale.md). Hook: scheduled_read_rounds() in
   // src/migrate/scheduled_reads.cpp, called from layer_round.cpp.
   std::optional<LinkBandwidths> transfer_schedule;
+  // [issue 31] With transfer_schedule: the rounds are fenced (names
+  // "ranks-fenced", "hosts-fenced": set_transfer_schedule). After each
+  // round of the schedule every rank joins one small vote carrying its
+  // round's outcome, so that no rank posts round k+1 while another rank's
+  // round k still holds a link (a READ of round k+1 would meet one of round
+  // k on its source's or receiver's link). A failure on any rank ends the
+  // attempt on every rank at that fence (then the vote, and a retry).
+  // false (default): each rank starts its next round once its own landed.
+  bool fence_schedule_rounds = false;
   // Test hook, called on every rank before each attempt of each layer.
   std::function<void(int layer, int attempt)> before_attempt;
   // Progress, called on every rank after each layer (committed, unchanged or failed).
@@ -295,16 +304,20 @@ Deadlines derive_deadlines(const MigrateOptions& options, uint64_t largest_read_
 Status validate_timeouts(const MigrateOptions& options);
 
 // [issue 31] The transfer schedule by the name the CLI (--transfer-schedule)
-// and eplb.Migrator(transfer_schedule=) take: "off" (unset: all READs at
+// and eplb.Migrator(transfer_schedule=) take, into `options`
+// (transfer_schedule and fence_schedule_rounds): "off" (unset: all READs at
 // once), "ranks" (one expert per NIC per round, hosts limited only by their
 // ranks' NICs: {1, 1, 0}) or "hosts" (also one expert per host link per
-// round, as on scripts/netns_cluster.sh: {1, 1, 1}); only the ratios matter
-// to the order. Otherwise InvalidArgument "must be off, ranks or hosts, got
-// '<name>'" (callers add the option's name as context).
-inline constexpr std::string_view kTransferScheduleNames = "off, ranks or hosts";
-Result<std::optional<LinkBandwidths>> transfer_schedule_named(std::string_view name);
-// The inverse: "off", "ranks", "hosts", or "custom" for other bandwidths.
-std::string transfer_schedule_name(const std::optional<LinkBandwidths>& schedule);
+// round, as on scripts/netns_cluster.sh: {1, 1, 1}), each of the last two
+// also "-fenced" (fence_schedule_rounds); only the ratios matter to the
+// order. Otherwise InvalidArgument "must be off, ranks, hosts, ...,  got
+// '<name>'" (callers add the option's name as context); `options` is then
+// unchanged.
+inline constexpr std::string_view kTransferScheduleNames = "off, ranks, hosts, ranks-fenced or hosts-fenced";
+Status set_transfer_schedule(MigrateOptions& options, std::string_view name);
+// The inverse: "off", "ranks", "hosts" (+ "-fenced"), or "custom" (+
+// "-fenced") for other bandwidths.
+std::string transfer_schedule_name(const MigrateOptions& options);
 
 struct LayerReport {
   int layer = 0;

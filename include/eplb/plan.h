@@ -254,8 +254,12 @@ Result<TransferSchedule> schedule_transfers(const LayerPlan& plan, const Topolog
                                             const LinkBandwidths& bandwidths, double bytes_per_expert);
 
 // Rank `rank`'s reads in the schedule, round by round: one ReadRequest per
-// source rank and round (runs merged where adjacent), rounds without a read
-// of this rank left out. What the executor posts, one round after another.
-std::vector<std::vector<ReadRequest>> rank_rounds(const TransferSchedule& schedule, int rank);
+// source rank and round (runs merged where adjacent). Rounds without a read
+// of this rank are left out, or kept as empty entries with
+// `keep_empty_rounds` (so that every rank has one entry per round of the
+// schedule: the executor's fenced rounds). What the executor posts, one
+// round after another.
+std::vector<std::vector<ReadRequest>> rank_rounds(const TransferSchedule& schedule, int rank,
+                                                  bool keep_empty_rounds = false);
 
 }  // namespace eplb

@@ -23,9 +23,10 @@ Contract:
   is then wholly old or wholly new on every rank (`committed_layers`). The GIL is released while
   the engine runs. Ranks that pass different placements are refused before anything moves.
 - `start(...)`: the same round overlapped with serving (eplb/async_migration.py).
-- `transfer_schedule` ("off", "ranks", "hosts"): each layer's READs in the contention-aware rounds of
-  eplb's plan (schedule_transfers), as `eplb run --transfer-schedule`; one-sided planes only (tested on
-  ucx; nixl accepts it, untested); torch and staged refuse it at set-up.
+- `transfer_schedule` ("off", "ranks", "hosts", "ranks-fenced", "hosts-fenced"): each layer's READs in
+  the contention-aware rounds of eplb's plan (schedule_transfers), as `eplb run --transfer-schedule`;
+  "-fenced": every rank waits for every rank's round before the next; one-sided planes only (tested
+  on ucx; nixl accepts it, untested); torch and staged refuse it at set-up.
 - Deadlines: `timeout` (seconds per layer attempt's transfers) or None: automatic, derived by the
   library from the bytes each layer reads, as the CLI's --timeout 0 (every other deadline derives
   from it: collectives, set-up, the serving wait, draining a closed async round).
@@ -76,7 +77,10 @@ class Migrator:
         commit: "copy" or "swap" (see the module's docstring).
         transfer_schedule: the order of each layer's READs on a one-sided plane (ucx; nixl, untested):
             "off" (all at once, the default), "ranks" (contention-aware rounds, one expert per NIC per
-            round) or "hosts" (also one expert per host link per round), as the CLI's --transfer-schedule.
+            round) or "hosts" (also one expert per host link per round), as the CLI's --transfer-schedule;
+            "ranks-fenced" / "hosts-fenced": the same rounds, each started once every rank's previous
+            round landed (a small vote per round; faster where shallow NIC queues drop packets when
+            several senders meet, slower with deep queues: docs/scale.md).
             Needs num_nodes for the hosts; the torch and staged planes (paired sends and receives) refuse it.
     """
 

@@ -125,15 +125,14 @@ Migration::Migration(std::shared_ptr<ProcessGroup> group, py::object transfer,
   options_.commit = commit == "swap" ? CommitMode::Swap : CommitMode::Copy;
   throw_if_error(validate_timeouts(options_));
   const double setup_seconds = derive_deadlines(options_, 0).setup_seconds;
-  auto schedule = transfer_schedule_named(transfer_schedule);
+  const Status schedule = set_transfer_schedule(options_, transfer_schedule);
   const std::string reason = !problem.empty() ? problem
                              : schedule       ? ""
-                                              : "transfer_schedule: " + schedule.status().message();
+                                              : "transfer_schedule: " + schedule.message();
   if (!reason.empty()) {  // every rank fails with this rank's reason
     py::gil_scoped_release release;
     throw_if_error(Migrator::refuse_setup(*group_, reason, Deadline::after_seconds(setup_seconds)));
   }
-  options_.transfer_schedule = *schedule;
   if (py::isinstance<AgentHandle>(transfer)) agent_ = transfer.cast<std::shared_ptr<AgentHandle>>();
   else python_plane_ = transfer;
   adopt(layers, staging, slots_per_rank);
@@ -407,7 +406,7 @@ void bind_migrate(py::module_& module) {
            py::arg("check_failure"))
       .def_property_readonly("plane", &Migration::plane_name)
       .def_property_readonly("transfer_schedule",
-                             [](const Migration& m) { return transfer_schedule_name(m.options().transfer_schedule); })
+                             [](const Migration& m) { return transfer_schedule_name(m.options()); })
       .def_property_readonly("broken", &Migration::broken);
   py::class_<AsyncRound>(module, "AsyncMigration")
       .def("commit_ready", &AsyncRound::commit_ready, py::arg("step"), py::arg("max_layers"))
@@ -419,7 +418,11 @@ void bind_migrate(py::module_& module) {
   // [issue 31] eplb.Migrator(transfer_schedule=): the library's one rule for the names.
   module.def(
       "check_transfer_schedule",
-      [](const std::string& name) { throw_if_error(transfer_schedule_named(name).status()); }, py::arg("name"));
+      [](const std::string& name) {
+        MigrateOptions probe;
+        throw_if_error(set_transfer_schedule(probe, name));
+      },
+      py::arg("name"));
   // The "eplb-dev64" digest of host rows (eplb/digest.py uses it for CPU
   // tensors): `length` bytes at each address, the GIL released.
   module.def(

@@ -373,12 +373,13 @@ def swap_rounds(rank: int, world: int) -> dict:
 
 
 def scheduled_rounds(rank: int, world: int) -> dict:
-    """transfer_schedule (issue 31) on 2 emulated hosts: each name moves every row exactly; the torch
-    plane, which posts a layer's rows at once, refuses it on every rank (the C++ set-up's check)."""
+    """transfer_schedule (issue 31) on 2 emulated hosts: each name (fenced rounds too) moves every row
+    exactly; the torch plane, which posts a layer's rows at once, refuses it on every rank (the C++
+    set-up's check)."""
     layers, slots, experts = 2, 3, 2 * world
     rng = np.random.default_rng(31)
     outcome = {}
-    for name in ("off", "ranks", "hosts"):
+    for name in ("off", "ranks", "hosts", "hosts-fenced"):
         old, new = (random_placement(rng, layers, slots * world, experts) for _ in range(2))
         weights = make_weights(layers, slots, "plain")
         fill(weights, old, rank)

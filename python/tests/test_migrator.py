@@ -47,7 +47,7 @@ def test_four_ranks_every_shape_is_byte_exact(four_ranks):
 def test_transfer_schedule_moves_every_row_and_the_torch_plane_refuses_it(four_ranks):
     for rank, result in enumerate(four_ranks):
         case = result["scheduled"]
-        for name in ("off", "ranks", "hosts"):
+        for name in ("off", "ranks", "hosts", "hosts-fenced"):
             assert case[name]["wrong"] == [], f"rank {rank} {name}: {case[name]}"
             assert case[name]["schedule"] == name  # as the native Migrator reports its options
             assert case[name]["inter_node"] > 0  # reads crossed the emulated hosts

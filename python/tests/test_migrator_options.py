@@ -15,7 +15,8 @@ def test_a_timeout_outside_a_day_or_not_a_number_is_refused(timeout):
 
 
 BAD_OPTIONS = [({"retries": -1}, "retries"), ({"transport": "rdma"}, "transport"), ({"commit": "move"}, "commit"),
-               ({"transfer_schedule": "nics"}, "transfer_schedule must be off, ranks or hosts, got 'nics'"),
+               ({"transfer_schedule": "nics"},
+                "transfer_schedule must be off, ranks, hosts, ranks-fenced or hosts-fenced, got 'nics'"),
                ({"transfer_schedule": None}, "transfer_schedule must be a str")]
 
 

@@ -69,8 +69,11 @@ Result<RunInputs> prepare_inputs(const RunOptions& options, bool with_trace = tr
 }
 
 std::vector<FingerprintField> fingerprint(const RunOptions& options, const RunInputs& inputs) {
-  auto schedule_label = [](const std::optional<LinkBandwidths>& links) {
-    return links ? fmt::format("intra {} nic {} host {}", links->intra_host, links->nic, links->host) : "off";
+  auto schedule_label = [](const MigrateOptions& migrate) {
+    const auto& links = migrate.transfer_schedule;
+    return links ? fmt::format("intra {} nic {} host {} fenced {}", links->intra_host, links->nic, links->host,
+                               migrate.fence_schedule_rounds)
+                 : "off";
   };
   std::vector<std::string> tensors;
   for (const auto& tensor : options.tensors) tensors.push_back(fmt::format("{}:{}", tensor.name, tensor.bytes_per_expert));
@@ -84,7 +87,7 @@ std::vector<FingerprintField> fingerprint(const RunOptions& options, const RunIn
           {"transport", fmt::format("{} backend, transports '{}', devices '{}'", agent.backend, agent.transports,
                                     agent.net_devices)},
           {"inject", agent.fault_spec},
-          {"transfer schedule", schedule_label(options.migrate.transfer_schedule)},
+          {"transfer schedule", schedule_label(options.migrate)},
           {"serving", fmt::format("async {} commit {} step_ms {:.3f} share {:.4f} idle {}", options.serving.async,
                                   options.serving.commit, options.serving.step_ms, options.serving.slot_share,
                                   options.serving.idle_steps)}};

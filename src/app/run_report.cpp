@@ -198,7 +198,7 @@ std::string render_json_head(const RunOptions& options, const RunLabels& labels,
     json["tensors"].push_back({{"name", tensor.name}, {"bytes", tensor.bytes_per_expert}});
   json["trace"] = summary.trace_identity;
   json["commit"] = options.serving.commit;
-  json["transfer_schedule"] = transfer_schedule_name(options.migrate.transfer_schedule);  // [issue 31]
+  json["transfer_schedule"] = transfer_schedule_name(options.migrate);  // [issue 31]
   json["spare_bytes"] = spare_bytes(options, summary);
   if (summary.serving_idle) {
     json["serving_idle"] = serving_json(*summary.serving_idle);

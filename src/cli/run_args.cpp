@@ -59,9 +59,7 @@ Status set_transfers(const RunArgs& args, RunOptions& options) {
   if (args.retries < 0 || args.retries > 100) return error(Code::InvalidArgument, "--retries must be in [0, 100]");
   options.migrate.timeout_seconds = args.timeout;
   options.migrate.retries = args.retries;
-  auto schedule = transfer_schedule_named(args.transfer_schedule);  // [issue 31]
-  if (!schedule) return schedule.status().with_context("--transfer-schedule");
-  options.migrate.transfer_schedule = *schedule;
+  EPLB_TRY(set_transfer_schedule(options.migrate, args.transfer_schedule).with_context("--transfer-schedule"));
   return Status::ok();
 }
 
@@ -122,8 +120,11 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
   run.add_option("--transfer-schedule", args.transfer_schedule,
                  "order of each layer's READs (docs/scale.md): off (all at once), ranks (contention-aware rounds,\n"
                  "one expert per NIC per round; hosts limited by their ranks' NICs) or hosts (rounds for hosts\n"
-                 "whose one link carries one expert at a time, as on the scripts/netns_cluster.sh testbed)")
-      ->check(CLI::IsMember({"off", "ranks", "hosts"}))
+                 "whose one link carries one expert at a time, as on the scripts/netns_cluster.sh testbed); each\n"
+                 "round starts when this rank's previous one landed. ranks-fenced, hosts-fenced: every rank\n"
+                 "waits for every rank's round before the next (a small vote per round), so that rounds never\n"
+                 "overlap on a link (faster where shallow NIC queues drop packets; docs/scale.md)")
+      ->check(CLI::IsMember({"off", "ranks", "hosts", "ranks-fenced", "hosts-fenced"}))
       ->capture_default_str();
   run.add_option("--transport", args.transport,
                  "shm (UCX over shared memory: posix,sysv,cma,self), tcp (UCX over TCP: tcp,self) or loopback (all\n"

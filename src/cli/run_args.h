@@ -41,7 +41,7 @@ struct RunArgs {
   std::string commit = "copy";
   double step_ms = 5;
   double serve_share = 0.25;
-  std::string transfer_schedule = "off";  // [issue 31] off | ranks | hosts
+  std::string transfer_schedule = "off";  // [issue 31] off | ranks | hosts | ranks-fenced | hosts-fenced
   // Which options the user gave (they override a preset / the group size).
   CLI::Option* ranks_option = nullptr;
   CLI::Option* nodes_option = nullptr;

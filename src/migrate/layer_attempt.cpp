@@ -143,16 +143,18 @@ Status transfer_only(const AttemptContext& context, const LayerTransfers& transf
 
 // [issue 31] The same round by round (MigrateOptions::transfer_schedule,
 // one-sided planes): each round's receives are posted once this rank's
-// previous round landed; local copies are staged with the first round.
+// previous round landed, or, fenced, once every rank's previous round
+// landed (context.round_fence, after every round, empty ones included);
+// local copies are staged with the first round that reads.
 Status transfer_in_rounds(const AttemptContext& context, const LayerTransfers& transfers,
                           std::vector<std::optional<uint64_t>>& landed) {
   const size_t tensors = context.store.layout().layers[context.layer].size();
   landed.assign(transfers.receives.size() * tensors, std::nullopt);
   const int first = context.store.first_slot();
   bool staged_copies_done = false;
-  for (const auto& round : *context.read_rounds) {
+  for (size_t number = 0; number < context.read_rounds->size(); ++number) {
     std::vector<bool> in_round(size_t(context.store.slots_per_rank()), false);
-    for (const auto& request : round)
+    for (const auto& request : (*context.read_rounds)[number])
       for (const auto& run : request.runs)
         for (int i = 0; i < run.count; ++i) in_round[size_t(run.dest_slot + i - first)] = true;
     LayerTransfers part;
@@ -164,12 +166,13 @@ Status transfer_in_rounds(const AttemptContext& context, const LayerTransfers& t
         positions.push_back(i);
       }
     std::vector<std::optional<uint64_t>> part_landed;
-    if (!staged_copies_done) {
-      EPLB_TRY(transfer(context, part, part_landed));
+    Status round = Status::ok();
+    if (!part.receives.empty()) {
+      round = staged_copies_done ? transfer_only(context, part, part_landed) : transfer(context, part, part_landed);
       staged_copies_done = true;
-    } else {
-      EPLB_TRY(transfer_only(context, part, part_landed));
     }
+    if (context.round_fence) round = context.round_fence(round, number);
+    EPLB_TRY(round);
     for (size_t k = 0; k < positions.size(); ++k)
       for (size_t t = 0; t < tensors && k * tensors + t < part_landed.size(); ++t)
         landed[positions[k] * tensors + t] = part_landed[k * tensors + t];

@@ -131,18 +131,32 @@ Status LayerRun::attempt(const LayerPlan* plan, const LayerTransfers* given, con
   Status outcome = published.status;
   const Status stop = stop_reason();
   if (!stop.is_ok()) outcome = stop;
-  else if (outcome) {
+  // [issue 31] the transfer schedule, when asked for (every rank computes the same rounds)
+  Result<std::vector<std::vector<ReadRequest>>> rounds = std::vector<std::vector<ReadRequest>>{};
+  if (options_.transfer_schedule && plan)
+    rounds = scheduled_read_rounds(*plan, state_.topology, *state_.store, state_.me(), *options_.transfer_schedule,
+                                   options_.fence_schedule_rounds);
+  const Deadline transfer_deadline = Deadline::after_seconds(transfer_seconds_);
+  size_t fences = 0;  // fences this rank joined in this attempt
+  auto fence = [&](const Status& mine, size_t round) {
+    ++fences;
+    return with_progress(*state_.plane,
+                         [&] { return fence_round(*state_.group, mine, layer_, round, transfer_deadline); });
+  };
+  const bool fenced = options_.fence_schedule_rounds && rounds && !rounds->empty();
+  if (outcome && rounds) {
     AttemptContext context{*state_.plane, *state_.store, plan, published, state_.me(), layer_,
-                           Deadline::after_seconds(transfer_seconds_), swap_, &report_, &staged_sums_};
+                           transfer_deadline, swap_, &report_, &staged_sums_};
     context.given = given;
-    // [issue 31] the transfer schedule, when asked for
-    Result<std::vector<std::vector<ReadRequest>>> rounds = std::vector<std::vector<ReadRequest>>{};
-    if (options_.transfer_schedule && plan) {
-      rounds = scheduled_read_rounds(*plan, state_.topology, *state_.store, state_.me(), *options_.transfer_schedule);
-      context.read_rounds = rounds ? &*rounds : nullptr;
-    }
-    outcome = rounds ? run_attempt(context) : rounds.status();
+    if (options_.transfer_schedule && plan) context.read_rounds = &*rounds;
+    if (fenced) context.round_fence = fence;
+    outcome = run_attempt(context);
+  } else if (outcome) {
+    outcome = rounds.status();
   }
+  // The other ranks wait at the first fence: one that failed before it tells them there (the fence
+  // returns this rank's own failure, which its vote carries anyway).
+  if (fenced && fences == 0 && !outcome.is_ok()) static_cast<void>(fence(outcome, 0));
   Stopwatch phase;
   auto vote = cast_vote(outcome, !stop.is_ok());
   report_.seconds_vote += phase.seconds();

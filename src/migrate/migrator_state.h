@@ -123,14 +123,26 @@ struct AttemptContext {
   // [issue 31] This rank's READs in schedule order, one entry per round
   // (scheduled_read_rounds); nullptr: the plan's requests all at once.
   const std::vector<std::vector<ReadRequest>>* read_rounds = nullptr;
+  // [issue 31] Set with MigrateOptions::fence_schedule_rounds (read_rounds
+  // then holds every round of the schedule, empty ones included): called
+  // on every rank after each round with its outcome; returns Ok when every
+  // rank's round landed, else the first failure (fence_round).
+  std::function<Status(const Status& mine, size_t round)> round_fence;
   // An exchange's transfers (this rank's receives and sends), no local copies.
   const LayerTransfers* given = nullptr;
 };
 // [issue 31] Rank `me`'s READs of one layer in the transfer schedule's
 // rounds (MigrateOptions::transfer_schedule), for AttemptContext::read_rounds.
+// `every_round`: one entry per round of the schedule, empty ones included.
 Result<std::vector<std::vector<ReadRequest>>> scheduled_read_rounds(const LayerPlan& plan, const Topology& topology,
                                                                     const ExpertStore& store, int me,
-                                                                    const LinkBandwidths& bandwidths);
+                                                                    const LinkBandwidths& bandwidths,
+                                                                    bool every_round = false);
+// [issue 31] The fence after round `round` of a fenced schedule (collective,
+// every rank): each rank's outcome of its round in one allgather. Ok when
+// all landed; this rank's own failure when it had one; else Aborted naming
+// the first rank that failed, its reason, the layer and the round.
+Status fence_round(ProcessGroup& group, const Status& mine, int layer, size_t round, Deadline deadline);
 // Ok when every row this rank needs is in staging and verified; otherwise
 // the reason (also the rank's vote).
 Status run_attempt(const AttemptContext& context);

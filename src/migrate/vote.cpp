@@ -1,6 +1,7 @@
 // vote.cpp - the protocol's one vote (sync and async rounds): every rank's
 // yes/no, whether it stops the round, and its reason, in one collective;
-// and the stop request a rank carries into it (an abort, a failed per-layer
+// the fence between a fenced transfer schedule's rounds; and the stop
+// request a rank carries into the vote (an abort, a failed per-layer
 // callback).
 #include <fmt/format.h>
 
@@ -44,6 +45,20 @@ Result<Ballots> exchange_votes(ProcessGroup& group, bool yes, bool stop, const s
   }
   ballots.unanimous = ballots.unanimous && ballots.stop_rank < 0;
   return ballots;
+}
+
+Status fence_round(ProcessGroup& group, const Status& mine, int layer, size_t round, Deadline deadline) {
+  std::vector<std::string> reasons;
+  auto all_landed = group.vote(mine.is_ok(), mine.is_ok() ? std::string() : mine.to_string(), deadline, &reasons);
+  if (!all_landed)
+    return all_landed.status().with_context(fmt::format("the fence after round {} of layer {}", round + 1, layer));
+  if (!mine.is_ok() || *all_landed) return mine;
+  for (size_t r = 0; r < reasons.size(); ++r)
+    if (!reasons[r].empty())
+      return error(Code::Aborted, fmt::format("rank {} failed round {} of layer {}'s transfer schedule: {}", r,
+                                              round + 1, layer, reasons[r]))
+          .with_peer(int(r));
+  return error(Code::Aborted, fmt::format("a rank failed round {} of layer {}'s transfer schedule", round + 1, layer));
 }
 
 void StopRequest::request(Status why) {

@@ -231,7 +231,8 @@ Result<TransferSchedule> schedule_transfers(const LayerPlan& plan, const Topolog
   return schedule;
 }
 
-std::vector<std::vector<ReadRequest>> rank_rounds(const TransferSchedule& schedule, int rank) {
+std::vector<std::vector<ReadRequest>> rank_rounds(const TransferSchedule& schedule, int rank,
+                                                  bool keep_empty_rounds) {
   std::vector<std::vector<ReadRequest>> rounds;
   for (const TransferRound& round : schedule.rounds) {
     std::vector<ReadRequest> requests;
@@ -246,7 +247,7 @@ std::vector<std::vector<ReadRequest>> rank_rounds(const TransferSchedule& schedu
       else
         runs.push_back(read.run);
     }
-    if (!requests.empty()) rounds.push_back(std::move(requests));
+    if (!requests.empty() || keep_empty_rounds) rounds.push_back(std::move(requests));
   }
   return rounds;
 }

@@ -101,6 +101,18 @@ TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
   std::remove(json.c_str());
 }
 
+// [issue 31] --transfer-schedule hosts-fenced over UCX shared memory on 2
+// emulated hosts: every round verifies, and the report names the setting.
+TEST(RunCommand, FencedTransferScheduleVerifiesEveryRound) {
+  std::string json = run_temp_path("fenced_schedule.json");
+  Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --transport shm --transfer-schedule hosts-fenced" +
+                        kSmallRun + " --json " + json);
+  expect_all_verified(outcome, json, 2);
+  auto parsed = read_json(json);
+  EXPECT_EQ(parsed["transfer_schedule"], "hosts-fenced");
+  std::remove(json.c_str());
+}
+
 TEST(RunCommand, BadOptionsFailWithOneClearLine) {
   Outcome bad_tensors = run(kBinary + " run --transport loopback --tensors a:4,a:8");
   EXPECT_EQ(bad_tensors.exit_code, 2) << bad_tensors.output;

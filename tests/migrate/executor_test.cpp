@@ -75,6 +75,10 @@ Status remembered_checksums_match(const ExpertStore& store) {
   return Status::ok();
 }
 
+// The rank and Migrator of the calling rank thread of run_rounds (for hooks).
+thread_local int hook_rank = -1;
+thread_local Migrator* hook_migrator = nullptr;
+
 // Runs `targets` as consecutive rounds on `topology.num_ranks` threads.
 std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<TensorSpec>& tensors,
                                    const std::vector<Placement>& targets, const std::string& fault_spec = "",
@@ -110,6 +114,8 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
         return;
       }
       groups[size_t(r)]->counts.clear();
+      hook_rank = r;
+      hook_migrator = migrator->get();
       for (Placement target : targets) {
         // What this rank believes is in force, and where it wants to go.
         if (stale_view) stale_view(r, current, target);
@@ -529,20 +535,104 @@ TEST(Executor, TransferScheduleRoundsMoveByteForByte) {
   EXPECT_GT(retried, 0) << "no fault seed injected an error";
 }
 
+// [issue 31] Fenced rounds (MigrateOptions::fence_schedule_rounds): the
+// same rounds land byte for byte, every rank joins one fence per round of
+// the schedule (votes beyond the unfenced run's), and a READ that fails on
+// one rank ends the attempt on every rank at that round's fence: the
+// others' failure names the rank and the round, and the retry completes.
+TEST(Executor, FencedScheduleRoundsMoveByteForByte) {
+  Topology topology{3, 16, 32, 4, 4, 8};  // 4 hosts of 2 ranks, 4 slots per rank
+  std::mt19937_64 rng(31);
+  std::vector<Placement> targets;
+  for (int round = 0; round < 3; ++round) targets.push_back(random_placement(topology, rng));
+  for (CommitMode commit : {CommitMode::Copy, CommitMode::Swap}) {
+    SCOPED_TRACE(commit == CommitMode::Swap ? "swap" : "copy");
+    MigrateOptions options;
+    options.transfer_schedule = LinkBandwidths{1, 1, 1};
+    options.commit = commit;
+    auto free_rounds = run_rounds(topology, testing::three_tensors(8 << 10), targets, "", options);
+    options.fence_schedule_rounds = true;
+    auto fenced = run_rounds(topology, testing::three_tensors(8 << 10), targets, "", options);
+    expect_consistent(fenced);
+    for (const auto& result : fenced)
+      for (const auto& round : result.rounds) EXPECT_TRUE(round.status) << round.status.to_string();
+    EXPECT_TRUE(same_mapping(fenced[0].final_placement, targets.back()));
+    const int fences = fenced[0].round_collectives.at(Collective::Vote) -
+                       free_rounds[0].round_collectives.at(Collective::Vote);
+    EXPECT_GE(fences, int(targets.size()) * topology.num_layers) << "at least one fence per changed layer";
+    for (const auto& result : fenced)
+      EXPECT_EQ(result.round_collectives, fenced[0].round_collectives) << "every rank joins every fence";
+  }
+  MigrateOptions faulty;
+  faulty.transfer_schedule = LinkBandwidths{1, 1, 1};
+  faulty.fence_schedule_rounds = true;
+  faulty.retries = 20;
+  int told_at_fence = 0;
+  for (int seed = 1; seed <= 4; ++seed) {
+    SCOPED_TRACE("fault seed " + std::to_string(seed));
+    auto results = run_rounds(topology, testing::three_tensors(8 << 10), targets,
+                              "err=0.01,seed=" + std::to_string(seed), faulty);
+    expect_consistent(results);
+    for (const auto& result : results) {
+      ASSERT_EQ(result.rounds.size(), targets.size());
+      for (const auto& round : result.rounds) {
+        EXPECT_TRUE(round.status) << round.status.to_string();
+        for (const auto& layer : round.layers)
+          told_at_fence += layer.failure.find("of layer " + std::to_string(layer.layer) + "'s transfer schedule") !=
+                           std::string::npos;
+      }
+    }
+    EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back()));
+  }
+  EXPECT_GT(told_at_fence, 0) << "no rank learned of another's failed round at a fence";
+}
+
+// [issue 31] A rank that stops before the first fence (a stop request, as a
+// failed per-layer callback makes) still meets the others there: every
+// rank ends the round at the next layer's first fence and vote, naming the
+// rank that stopped it, in step (no collective meets another kind).
+TEST(Executor, FencedScheduleRankStoppingBeforeTheFirstFence) {
+  Topology topology{3, 16, 32, 4, 4, 8};
+  std::mt19937_64 rng(7);
+  MigrateOptions options;
+  options.transfer_schedule = LinkBandwidths{1, 1, 1};
+  options.fence_schedule_rounds = true;
+  options.on_layer_done = [](const LayerReport& layer) {
+    if (hook_rank == 5 && layer.layer == 0) hook_migrator->stop_at_next_vote(error(Code::Aborted, "test stop on rank 5"));
+  };
+  auto results = run_rounds(topology, testing::three_tensors(8 << 10), {random_placement(topology, rng)}, "", options);
+  expect_consistent(results);
+  for (size_t r = 0; r < results.size(); ++r) {
+    ASSERT_EQ(results[r].rounds.size(), 1u);
+    const Status& status = results[r].rounds[0].status;
+    EXPECT_FALSE(status) << "rank " << r;
+    EXPECT_NE(status.to_string().find("rank 5 stopped the round"), std::string::npos) << status.to_string();
+    EXPECT_NE(status.to_string().find("test stop on rank 5"), std::string::npos) << status.to_string();
+  }
+}
+
 // [issue 31] The one rule for the schedule's names (CLI and eplb.Migrator).
 TEST(Executor, TransferScheduleNamesRoundTrip) {
-  for (std::string name : {"off", "ranks", "hosts"}) {
-    auto schedule = transfer_schedule_named(name);
-    ASSERT_TRUE(schedule) << schedule.status().to_string();
-    EXPECT_EQ(transfer_schedule_name(*schedule), name);
+  for (std::string name : {"off", "ranks", "hosts", "ranks-fenced", "hosts-fenced"}) {
+    MigrateOptions options;
+    ASSERT_TRUE(set_transfer_schedule(options, name)) << name;
+    EXPECT_EQ(transfer_schedule_name(options), name);
+    EXPECT_EQ(options.fence_schedule_rounds, name.ends_with("-fenced"));
+    EXPECT_EQ(options.transfer_schedule.has_value(), name != "off");
   }
-  EXPECT_FALSE(transfer_schedule_named("off").value().has_value());
-  auto bad = transfer_schedule_named("nics");
-  ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.status().code(), Code::InvalidArgument);
-  EXPECT_EQ(bad.status().message(), "must be off, ranks or hosts, got 'nics'")
-      << bad.status().to_string();
-  EXPECT_EQ(transfer_schedule_name(LinkBandwidths{2, 1, 0}), "custom");
+  for (std::string bad_name : {"nics", "off-fenced", "-fenced", "hosts-fenced-fenced", "Hosts"}) {
+    MigrateOptions options;
+    options.fence_schedule_rounds = true;
+    const Status bad = set_transfer_schedule(options, bad_name);
+    EXPECT_EQ(bad.code(), Code::InvalidArgument) << bad_name;
+    EXPECT_EQ(bad.message(), "must be off, ranks, hosts, ranks-fenced or hosts-fenced, got '" + bad_name + "'");
+    EXPECT_TRUE(options.fence_schedule_rounds && !options.transfer_schedule) << "unchanged after " << bad_name;
+  }
+  MigrateOptions custom;
+  custom.transfer_schedule = LinkBandwidths{2, 1, 0};
+  EXPECT_EQ(transfer_schedule_name(custom), "custom");
+  custom.fence_schedule_rounds = true;
+  EXPECT_EQ(transfer_schedule_name(custom), "custom-fenced");
 }
 
 }  // namespace

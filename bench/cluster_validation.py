@@ -11,14 +11,18 @@ changed layer; the same with 4 KiB experts is shown as the part that does not gr
 link rate becomes the model's goodput, rate x 1448/1514 (a 1500-byte MTU frame with TCP timestamps
 carries 1448 payload bytes in 1514 counted by tc); shared memory inside a host is taken at 1 GB/s.
 Then `eplb simulate` replays the same trace and policy (same 3 rebalances) and predicts each round's
-migration time with the schedule and without. Prints, per configuration and mode, the measured
-median (min-max over the repeats) and predicted time per round and in total, and the error of the
-total; then the bytes each host link carried against the prediction.
+migration time with the schedule and without; for fenced rounds (`hosts-fenced`, measured when
+bench/cluster_testbed.sh ran with SCHEDULE_MODES including it) the schedule's rounds back to back
+(schedule_makespan_seconds). Each mode's per-layer cost comes from that mode's own calibration
+runs (before 2026-12-07 evening: from the calibration runs of both modes together). Prints, per
+configuration and mode, the measured median (min-max over the repeats) and predicted time per
+round and in total, and the error of the total; then the bytes each host link carried against the
+prediction.
 """
 import argparse
-import glob
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -26,7 +30,7 @@ import sys
 FRAMING = 1448 / 1514  # TCP payload per byte tc counts, 1500-byte MTU, timestamps on
 INTRA_RATE = "1GB"
 CALIBRATION_RATE = "10gbit"
-MODES = {"off": "unscheduled_seconds", "hosts": "scheduled_seconds"}
+MODES = {"off": "unscheduled_seconds", "hosts": "scheduled_seconds", "hosts-fenced": "schedule_makespan_seconds"}
 
 
 def rate_bits(text):
@@ -37,6 +41,15 @@ def rate_bits(text):
     raise ValueError(f"unknown rate {text!r}")
 
 
+def runs_of(directory, mode):
+    """The run-<mode>-<i>.json reports in `directory`, by i (not those of a mode whose name starts
+    with this one's: hosts-fenced for hosts)."""
+    pattern = re.compile(rf"run-{re.escape(mode)}-(\d+)\.json")
+    found = [(int(m.group(1)), os.path.join(directory, name)) for name in os.listdir(directory)
+             if (m := pattern.fullmatch(name))]
+    return [path for _, path in sorted(found)]
+
+
 def rounds_of(path):
     with open(path) as f:
         report = json.load(f)
@@ -45,23 +58,24 @@ def rounds_of(path):
     return report["rounds"]
 
 
-def layer_overhead_ms(eplb, config_dir, config, calibration="calibration", bytes_per_expert=None):
-    """What a changed layer costs besides the shaped network: median over the calibration rounds
-    (links at 10gbit) of (measured round seconds - the model's network time at 10gbit) / changed
-    layers, in ms. `calibration-4k` (4 KiB experts) gives the part that does not grow with bytes."""
+def layer_overhead_ms(eplb, config_dir, config, mode, calibration="calibration", bytes_per_expert=None):
+    """What a changed layer costs besides the shaped network in `mode`: median over that mode's
+    calibration rounds (links at 10gbit) of (measured round seconds - the model's network time at
+    10gbit) / changed layers, in ms. `calibration-4k` (4 KiB experts) gives the part that does not
+    grow with bytes."""
     calibrated = dict(config, rate=CALIBRATION_RATE)
     if bytes_per_expert:
         calibrated["bytes_per_expert"] = bytes_per_expert
     network = predict(eplb, config_dir, calibrated, 0.0, f"{calibration}-prediction.json")
     values = []
-    for path in glob.glob(os.path.join(config_dir, calibration, "run-*.json")):
-        mode_field = MODES["hosts" if "run-hosts" in path else "off"]
+    for path in runs_of(os.path.join(config_dir, calibration), mode):
+        mode_field = MODES[mode]
         for r, p in zip(rounds_of(path), network):
             changed = sum(1 for layer in r["layers"] if layer["changed"])
             if changed:
                 values.append((r["seconds"] - p[mode_field]) / changed)
     if not values:
-        raise RuntimeError(f"{config_dir}: no {calibration} runs")
+        raise RuntimeError(f"{config_dir}: no {calibration} runs in mode {mode}")
     return 1e3 * max(0.0, statistics.median(values))
 
 
@@ -84,7 +98,7 @@ def predict(eplb, config_dir, config, overhead_ms, name="prediction.json"):
 def measured(config_dir, mode):
     """Per round: the list of measured seconds over the repeats; and the link bytes per run."""
     per_round, links = None, []
-    for path in sorted(glob.glob(os.path.join(config_dir, f"run-{mode}-*.json"))):
+    for path in runs_of(config_dir, mode):
         rounds = rounds_of(path)
         per_round = per_round or [[] for _ in rounds]
         for i, r in enumerate(rounds):
@@ -103,14 +117,16 @@ def spread(values):
 def validate(eplb, config_dir):
     with open(os.path.join(config_dir, "config.json")) as f:
         config = json.load(f)
-    overhead = layer_overhead_ms(eplb, config_dir, config)
-    fixed = layer_overhead_ms(eplb, config_dir, config, "calibration-4k", 4096)
-    predicted = predict(eplb, config_dir, config, overhead)
     label = (f"{config['hosts']} hosts x {config['ranks_per_host']} ranks, {config['rate']}, "
              f"queue {config.get('queue_ms', 100)} ms, {config['policy']}")
     rows = []
     for mode, field in MODES.items():
         per_round, links = measured(config_dir, mode)
+        if not per_round and mode == "hosts-fenced":
+            continue  # not measured in this configuration
+        overhead = layer_overhead_ms(eplb, config_dir, config, mode)
+        fixed = layer_overhead_ms(eplb, config_dir, config, mode, "calibration-4k", 4096)
+        predicted = predict(eplb, config_dir, config, overhead, f"prediction-{mode}.json")
         totals = [sum(run) for run in zip(*per_round)]
         predicted_total = sum(r[field] for r in predicted)
         rows.append({"config": label, "mode": mode, "overhead_ms": overhead, "fixed_ms": fixed,
@@ -128,27 +144,32 @@ def validate(eplb, config_dir):
 
 
 def print_rows(rows):
-    print(f"{'configuration':<52} {'mode':<5} {'per-layer':>9} {'fixed':>6} {'rounds measured (median of repeats)':<40} "
+    print(f"{'configuration':<52} {'mode':<12} {'per-layer':>9} {'fixed':>6} "
+          f"{'rounds measured (median of repeats)':<40} "
           f"{'rounds predicted':<24} {'total meas.':>11} {'total pred.':>11} {'error':>7}")
     for r in rows:
         measured_rounds = " ".join(f"{v:.3f}" for v in r["measured_rounds"])
         predicted_rounds = " ".join(f"{v:.3f}" for v in r["predicted_rounds"])
-        print(f"{r['config']:<52} {r['mode']:<5} {r['overhead_ms']:>7.1f}ms {r['fixed_ms']:>4.1f}ms {measured_rounds:<40} {predicted_rounds:<24} "
+        print(f"{r['config']:<52} {r['mode']:<12} {r['overhead_ms']:>7.1f}ms {r['fixed_ms']:>4.1f}ms "
+              f"{measured_rounds:<40} {predicted_rounds:<24} "
               f"{r['measured_total']:>10.3f}s {r['predicted_total']:>10.3f}s {100 * r['error']:>+6.1f}%")
     print("\nbytes into each host (MiB), measured median / predicted payload:")
     for r in rows:
         pairs = ", ".join(f"{m / 2**20:.1f}/{p / 2**20:.1f}" for m, p in zip(r["links_measured_in"], r["links_predicted_in"]))
-        print(f"  {r['config']:<52} {r['mode']:<5} {pairs}")
+        print(f"  {r['config']:<52} {r['mode']:<12} {pairs}")
     print("\nschedule against all reads at once (total seconds, median of repeats):")
     by_config = {}
     for r in rows:
         by_config.setdefault(r["config"], {})[r["mode"]] = r
     for config, modes in by_config.items():
-        off, hosts = modes["off"], modes["hosts"]
-        print(f"  {config:<52} off {off['measured_total_spread']} s, schedule {hosts['measured_total_spread']} s: "
-              f"ratio {hosts['measured_total'] / off['measured_total']:.3f} measured, "
-              f"{hosts['predicted_total'] / off['predicted_total']:.3f} predicted; lower bound "
-              f"{sum(off['lower_bound_rounds']):.3f} s (overhead included)")
+        off = modes["off"]
+        for mode in [m for m in modes if m != "off"]:
+            scheduled = modes[mode]
+            print(f"  {config:<52} off {off['measured_total_spread']} s, {mode} "
+                  f"{scheduled['measured_total_spread']} s: ratio "
+                  f"{scheduled['measured_total'] / off['measured_total']:.3f} measured, "
+                  f"{scheduled['predicted_total'] / off['predicted_total']:.3f} predicted; lower bound "
+                  f"{sum(off['lower_bound_rounds']):.3f} s (overhead included)")
 
 
 def main():

@@ -20,9 +20,9 @@ Two uses:
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -100,10 +100,19 @@ def run_rank(args) -> int:
     return 0
 
 
+def repeats(config_dir: str, name: str) -> list[str]:
+    """The files <name>-<i>.json in `config_dir`, by i (not those of a mode whose name starts with
+    this one's: hosts-fenced for hosts)."""
+    pattern = re.compile(rf"{re.escape(name)}-(\d+)\.json")
+    found = [(int(m.group(1)), os.path.join(config_dir, entry)) for entry in os.listdir(config_dir)
+             if (m := pattern.fullmatch(entry))]
+    return [path for _, path in sorted(found)]
+
+
 def reports(config_dir: str, prefix: str, mode: str) -> list[dict]:
     """Every repeat's report of `eplb run` (prefix "run") or of the Python Migrator ("py")."""
     found = []
-    for path in sorted(glob.glob(os.path.join(config_dir, f"{prefix}-{mode}-*.json"))):
+    for path in repeats(config_dir, f"{prefix}-{mode}"):
         with open(path) as f:
             report = json.load(f)
         if report.get("status") != "ok":
@@ -126,8 +135,8 @@ def same_plans(config_dir: str, mode: str) -> bool:
 def host_bytes_in(config_dir: str, prefix: str, mode: str) -> list[float]:
     """Per host: the median over the repeats of the bytes its link carried in (links-[py-]MODE-I.json)."""
     per_run = []
-    links = f"links-{mode}-*.json" if prefix == "run" else f"links-{prefix}-{mode}-*.json"
-    for path in sorted(glob.glob(os.path.join(config_dir, links))):
+    links = f"links-{mode}" if prefix == "run" else f"links-{prefix}-{mode}"
+    for path in repeats(config_dir, links):
         with open(path) as f:
             counters = json.load(f)
         per_run.append([a["rx_bytes"] - b["rx_bytes"]

@@ -24,7 +24,10 @@ def totals(config_dir: str, mode: str) -> dict[int, float]:
     """Pair number -> total seconds of every rebalance of that pair's `eplb run` in `mode`."""
     out = {}
     for path in glob.glob(os.path.join(config_dir, f"run-{mode}-*.json")):
-        number = int(re.search(r"-(\d+)\.json$", path).group(1))
+        number = re.fullmatch(rf"run-{re.escape(mode)}-(\d+)\.json", os.path.basename(path))
+        if not number:
+            continue  # another mode whose name starts with this one's (hosts-fenced for hosts)
+        number = int(number.group(1))
         with open(path) as f:
             report = json.load(f)
         if report.get("status") != "ok" or not report.get("all_verified"):

@@ -71,12 +71,12 @@ for ((i = 1; i <= repeats; ++i)); do
   done
 done
 JOB
-rm -f "$out/py_rank.sh" "$out"/py-*.json "$out"/py-*.txt "$out"/links-py-*.json  # no earlier run's rows
-if [[ "${WITH_PYTHON:-0}" == 1 ]]; then
-  printf 'exec %q %q rank --trace %q --layers 4 --experts %d --slots %d --hosts %d --rounds 3 --window 20 --policy %q --bytes-per-expert 1048576 "$@"\n' \
-    "$python" "$root/bench/testbed_migrator.py" "$out/trace.npy" "$experts" "$slots" "$hosts" "$policy" > "$out/py_rank.sh"
-fi
 if [[ "${CALIBRATION_ONLY:-0}" != 1 ]]; then
+  rm -f "$out/py_rank.sh" "$out"/py-*.json "$out"/py-*.txt "$out"/links-py-*.json  # no earlier run's rows
+  if [[ "${WITH_PYTHON:-0}" == 1 ]]; then
+    printf 'exec %q %q rank --trace %q --layers 4 --experts %d --slots %d --hosts %d --rounds 3 --window 20 --policy %q --bytes-per-expert 1048576 "$@"\n' \
+      "$python" "$root/bench/testbed_migrator.py" "$out/trace.npy" "$experts" "$slots" "$hosts" "$policy" > "$out/py_rank.sh"
+  fi
   "$root/scripts/netns_cluster.sh" -H "$hosts" -r "$per_host" --rate "$rate" --queue-ms "$queue_ms" \
     --script "$job" "$out" "$repeats" "$eplb" "${run_args[@]}" --bytes-per-expert 1MiB
 fi

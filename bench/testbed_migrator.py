@@ -148,15 +148,26 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})" if values else "-"
 
 
+def paired(config_dir: str, prefix: str, mode: str) -> str:
+    """Median (min-max) over the pairs of mode's total / off's total, pair i against pair i."""
+    base = dict(zip((int(re.search(r"-(\d+)\.json$", p).group(1)) for p in repeats(config_dir, f"{prefix}-off")),
+                    totals(config_dir, prefix, "off")))
+    runs = zip((int(re.search(r"-(\d+)\.json$", p).group(1)) for p in repeats(config_dir, f"{prefix}-{mode}")),
+               totals(config_dir, prefix, mode))
+    ratios = [total / base[i] for i, total in runs if i in base]
+    return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else "-"
+
+
 def report(config_dirs: list[str]) -> int:
-    print(f"{'configuration':<40} {'schedule':<8} {'eplb run total s':<22} {'Python Migrator total s':<24} "
+    print(f"{'configuration':<40} {'schedule':<12} {'eplb run total s':<22} {'Python Migrator total s':<24} "
           f"{'py/run':>6} {'same plans':>10}  MiB into each host, run / Python")
     for config_dir in config_dirs:
         with open(os.path.join(config_dir, "config.json")) as f:
             config = json.load(f)
         label = (f"{config['hosts']}x{config['ranks_per_host']} {config['rate']} "
                  f"queue {config.get('queue_ms', 100)} ms {config['policy']}")
-        for mode in ("off", "hosts"):
+        modes = [m for m in ("off", "hosts", "hosts-fenced") if m != "hosts-fenced" or totals(config_dir, "py", m)]
+        for mode in modes:
             run, py = totals(config_dir, "run", mode), totals(config_dir, "py", mode)
             if not py:
                 raise RuntimeError(f"{config_dir}: no py-{mode}-*.json (was the testbed run with WITH_PYTHON=1?)")
@@ -166,10 +177,10 @@ def report(config_dirs: list[str]) -> int:
             links = ", ".join(f"{a / 2**20:.1f}/{b / 2**20:.1f}" for a, b in
                               zip(host_bytes_in(config_dir, "run", mode), host_bytes_in(config_dir, "py", mode)))
             same = "yes" if same_plans(config_dir, mode) else "NO"
-            print(f"{label:<40} {mode:<8} {spread(run):<22} {spread(py):<24} {ratio:>6.3f} {same:>10}  {links}")
-        ratios = [statistics.median(totals(config_dir, prefix, "hosts")) /
-                  statistics.median(totals(config_dir, prefix, "off")) for prefix in ("run", "py")]
-        print(f"{'':<40} schedule / all at once: eplb run {ratios[0]:.3f}, Python Migrator {ratios[1]:.3f}")
+            print(f"{label:<40} {mode:<12} {spread(run):<22} {spread(py):<24} {ratio:>6.3f} {same:>10}  {links}")
+        for mode in modes[1:]:
+            print(f"{'':<40} {mode} / all at once, paired: eplb run {paired(config_dir, 'run', mode)}, "
+                  f"Python Migrator {paired(config_dir, 'py', mode)}")
     return 0
 
 

@@ -310,9 +310,9 @@ Status validate_timeouts(const MigrateOptions& options);
 // ranks' NICs: {1, 1, 0}) or "hosts" (also one expert per host link per
 // round, as on scripts/netns_cluster.sh: {1, 1, 1}), each of the last two
 // also "-fenced" (fence_schedule_rounds); only the ratios matter to the
-// order. Otherwise InvalidArgument "must be off, ranks, hosts, ...,  got
-// '<name>'" (callers add the option's name as context); `options` is then
-// unchanged.
+// order. Otherwise InvalidArgument "must be off, ranks, hosts, ranks-fenced
+// or hosts-fenced, got '<name>'" (callers add the option's name as
+// context); `options` is then unchanged.
 inline constexpr std::string_view kTransferScheduleNames = "off, ranks, hosts, ranks-fenced or hosts-fenced";
 Status set_transfer_schedule(MigrateOptions& options, std::string_view name);
 // The inverse: "off", "ranks", "hosts" (+ "-fenced"), or "custom" (+

@@ -41,7 +41,7 @@ def check_options(num_nodes, transport, timeout, retries, commit, reuse_checksum
     if not isinstance(reuse_checksums, bool):
         raise Error(f"reuse_checksums must be True or False, got {reuse_checksums!r}")
     if not isinstance(transfer_schedule, str):
-        raise Error(f"transfer_schedule must be a str (off, ranks, hosts, ranks-fenced or hosts-fenced), "
+        raise Error(f"transfer_schedule must be a str (one of the names in eplb.Migrator's docstring), "
                     f"got {transfer_schedule!r}")
     try:
         _eplb.check_transfer_schedule(transfer_schedule)

@@ -392,6 +392,12 @@ def scheduled_rounds(rank: int, world: int) -> dict:
         outcome["torch"] = None
     except eplb.Error as failure:
         outcome["torch"] = str(failure)
+    try:  # fenced rounds are collective: every rank must use the same schedule
+        eplb.Migrator(make_weights(layers, slots, "plain"), num_nodes=2, timeout=20,
+                      transfer_schedule="hosts" if rank == 0 else "hosts-fenced")
+        outcome["mixed"] = None
+    except eplb.Error as failure:
+        outcome["mixed"] = str(failure)
     return outcome
 
 

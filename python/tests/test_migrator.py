@@ -44,7 +44,7 @@ def test_four_ranks_every_shape_is_byte_exact(four_ranks):
     check_shapes(four_ranks, 4)
 
 
-def test_transfer_schedule_moves_every_row_and_the_torch_plane_refuses_it(four_ranks):
+def test_transfer_schedule_moves_every_row_and_the_torch_plane_or_mixed_schedules_are_refused(four_ranks):
     for rank, result in enumerate(four_ranks):
         case = result["scheduled"]
         for name in ("off", "ranks", "hosts", "hosts-fenced"):
@@ -52,6 +52,7 @@ def test_transfer_schedule_moves_every_row_and_the_torch_plane_refuses_it(four_r
             assert case[name]["schedule"] == name  # as the native Migrator reports its options
             assert case[name]["inter_node"] > 0  # reads crossed the emulated hosts
         assert "transfer schedule" in case["torch"] and "one-sided" in case["torch"], case["torch"]
+        assert "rank 1 orders its READs with transfer schedule 'hosts-fenced', rank 0 with 'hosts'" in case["mixed"]
 
 
 def test_allgather_carries_every_length_exactly(two_ranks, four_ranks):

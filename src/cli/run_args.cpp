@@ -124,7 +124,13 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
                  "round starts when this rank's previous one landed. ranks-fenced, hosts-fenced: every rank\n"
                  "waits for every rank's round before the next (a small vote per round), so that rounds never\n"
                  "overlap on a link (faster where shallow NIC queues drop packets; docs/scale.md)")
-      ->check(CLI::IsMember({"off", "ranks", "hosts", "ranks-fenced", "hosts-fenced"}))
+      ->check(
+          [](const std::string& name) {
+            MigrateOptions probe;  // the library's one rule for the names
+            const Status named = set_transfer_schedule(probe, name);
+            return named ? std::string() : named.message();
+          },
+          "SCHEDULE")
       ->capture_default_str();
   run.add_option("--transport", args.transport,
                  "shm (UCX over shared memory: posix,sysv,cma,self), tcp (UCX over TCP: tcp,self) or loopback (all\n"

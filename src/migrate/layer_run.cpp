@@ -124,39 +124,48 @@ std::function<Status()> LayerRun::switch_layer(const LayerPlan& plan, Placement&
   };
 }
 
-// One attempt and its vote; *committed when the vote was unanimous.
-Status LayerRun::attempt(const LayerPlan* plan, const LayerTransfers* given, const PublishedSums& published,
-                         Placement* current, const Placement* target, int number, bool* committed) {
-  if (options_.before_attempt) options_.before_attempt(layer_, number);
-  Status outcome = published.status;
-  const Status stop = stop_reason();
-  if (!stop.is_ok()) outcome = stop;
-  // [issue 31] the transfer schedule, when asked for (every rank computes the same rounds)
+// The transfer phase of attempt `number` (run_attempt), or `outcome` when it
+// is already a failure. [issue 31] With a transfer schedule its rounds in
+// order, and with fence_schedule_rounds a fence after each round with a
+// collective's deadline (a rank whose round stalls runs to the transfer
+// deadline first); a rank that fails before its first fence still joins it,
+// where the others wait, so that every rank's collectives stay in step.
+Status LayerRun::transfer_phase(const LayerPlan* plan, const LayerTransfers* given, const PublishedSums& published,
+                                int number, Status outcome) {
   Result<std::vector<std::vector<ReadRequest>>> rounds = std::vector<std::vector<ReadRequest>>{};
-  if (options_.transfer_schedule && plan)
+  const bool scheduled = options_.transfer_schedule && plan;
+  if (scheduled)  // every rank computes the same rounds
     rounds = scheduled_read_rounds(*plan, state_.topology, *state_.store, state_.me(), *options_.transfer_schedule,
                                    options_.fence_schedule_rounds);
   const Deadline transfer_deadline = Deadline::after_seconds(transfer_seconds_);
+  const Deadline fence_deadline = Deadline::after_seconds(collective_seconds_);
   size_t fences = 0;  // fences this rank joined in this attempt
   auto fence = [&](const Status& mine, size_t round) {
     ++fences;
-    return with_progress(*state_.plane,
-                         [&] { return fence_round(*state_.group, mine, layer_, round, transfer_deadline); });
+    const FenceId id{layer_, number, uint32_t(round)};
+    return with_progress(*state_.plane, [&] { return fence_round(*state_.group, mine, id, fence_deadline); });
   };
   const bool fenced = options_.fence_schedule_rounds && rounds && !rounds->empty();
   if (outcome && rounds) {
     AttemptContext context{*state_.plane, *state_.store, plan, published, state_.me(), layer_,
                            transfer_deadline, swap_, &report_, &staged_sums_};
     context.given = given;
-    if (options_.transfer_schedule && plan) context.read_rounds = &*rounds;
+    if (scheduled) context.read_rounds = &*rounds;
     if (fenced) context.round_fence = fence;
     outcome = run_attempt(context);
   } else if (outcome) {
     outcome = rounds.status();
   }
-  // The other ranks wait at the first fence: one that failed before it tells them there (the fence
-  // returns this rank's own failure, which its vote carries anyway).
-  if (fenced && fences == 0 && !outcome.is_ok()) static_cast<void>(fence(outcome, 0));
+  if (fenced && fences == 0 && !outcome.is_ok()) return fence(outcome, 0);
+  return outcome;
+}
+
+// One attempt and its vote; *committed when the vote was unanimous.
+Status LayerRun::attempt(const LayerPlan* plan, const LayerTransfers* given, const PublishedSums& published,
+                         Placement* current, const Placement* target, int number, bool* committed) {
+  if (options_.before_attempt) options_.before_attempt(layer_, number);
+  const Status stop = stop_reason();
+  const Status outcome = transfer_phase(plan, given, published, number, stop.is_ok() ? published.status : stop);
   Stopwatch phase;
   auto vote = cast_vote(outcome, !stop.is_ok());
   report_.seconds_vote += phase.seconds();

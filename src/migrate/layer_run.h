@@ -51,6 +51,8 @@ class LayerRun {
   // `plan` null: exchange mode (`given`, no commit).
   Status attempt(const LayerPlan* plan, const LayerTransfers* given, const PublishedSums& published,
                  Placement* current, const Placement* target, int number, bool* committed);
+  Status transfer_phase(const LayerPlan* plan, const LayerTransfers* given, const PublishedSums& published,
+                        int number, Status outcome);
   Status attempts(const LayerPlan* plan, const LayerTransfers* given, const PublishedSums& published,
                   Placement* current, const Placement* target);
   Status lost(const Status& failure, const std::string& during);

@@ -11,7 +11,7 @@ namespace migrate {
 namespace {
 
 constexpr std::string_view kMapMagic = "EPLBMEMMAP";
-constexpr uint32_t kMapVersion = 3;
+constexpr uint32_t kMapVersion = 4;
 
 }  // namespace
 
@@ -25,6 +25,7 @@ std::string encode_map(const RankMap& map) {
   writer.u32(map.has_spare ? 1 : 0);
   writer.blob(map.plane);
   writer.blob(map.digest_kind);
+  writer.blob(map.transfer_schedule);
   writer.blob(map.plane_blob);
   return writer.take();
 }
@@ -46,6 +47,7 @@ Result<RankMap> decode_map(std::string_view message, int rank) {
   const uint32_t spare = reader.u32();
   map.plane = std::string(reader.blob(64));
   map.digest_kind = std::string(reader.blob(64));
+  map.transfer_schedule = std::string(reader.blob(64));
   map.plane_blob = std::string(reader.blob(1 << 27));
   if (!reader.at_end() || spare > 1) return bad("truncated, oversized or trailing bytes");
   map.has_spare = spare == 1;
@@ -113,6 +115,11 @@ Status adopt_maps(Migrator::State& state, const std::vector<std::string>& gather
       return error(Code::Mismatch, fmt::format("rank {} moves rows with data plane '{}' ({} digests), rank 0 with "
                                                "'{}' ({} digests): every rank must use the same plane",
                                                r, map.plane, map.digest_kind, first.plane, first.digest_kind));
+    if (map.transfer_schedule != first.transfer_schedule)  // [issue 31] fenced rounds are collective
+      return error(Code::Mismatch, fmt::format("rank {} orders its READs with transfer schedule '{}', rank 0 with "
+                                               "'{}': every rank must use the same",
+                                               r, map.transfer_schedule, first.transfer_schedule))
+          .with_peer(r);
     if (map.first_slot != uint32_t(r * state.topology.slots_per_rank()))
       return error(Code::Mismatch, fmt::format("rank {} says its slots start at {}, expected {}", r, map.first_slot,
                                                r * state.topology.slots_per_rank()));
@@ -180,6 +187,7 @@ Result<std::unique_ptr<Migrator>> Migrator::create(ProcessGroup& group, DataPlan
   mine.has_spare = store.has_spare();
   mine.plane = plane.name();
   mine.digest_kind = plane.digest_kind();
+  mine.transfer_schedule = transfer_schedule_name(migrator->options_);
   Status local = migrate::set_up_locally(state, mine);
   if (!local) mine.setup_error = local.to_string();
   auto gathered = group.allgather(migrate::encode_map(mine), deadline);

@@ -30,6 +30,7 @@ struct RankMap {
   bool has_spare = false;    // its store has spare buffers (the swap commit)
   std::string plane;         // DataPlane::name()
   std::string digest_kind;   // DataPlane::digest_kind()
+  std::string transfer_schedule;  // transfer_schedule_name(): every rank must use the same
   std::string plane_blob;    // DataPlane::describe()
   std::string setup_error;   // non-empty: this rank failed locally before the exchange
 };
@@ -138,11 +139,21 @@ Result<std::vector<std::vector<ReadRequest>>> scheduled_read_rounds(const LayerP
                                                                     const ExpertStore& store, int me,
                                                                     const LinkBandwidths& bandwidths,
                                                                     bool every_round = false);
-// [issue 31] The fence after round `round` of a fenced schedule (collective,
-// every rank): each rank's outcome of its round in one allgather. Ok when
-// all landed; this rank's own failure when it had one; else Aborted naming
-// the first rank that failed, its reason, the layer and the round.
-Status fence_round(ProcessGroup& group, const Status& mine, int layer, size_t round, Deadline deadline);
+// [issue 31] Which fence of a fenced schedule: after round `round` (from 0)
+// of attempt `attempt` (from 0) of `layer`.
+struct FenceId {
+  int layer = 0;
+  int attempt = 0;
+  uint32_t round = 0;
+};
+// The fence (collective, every rank): each rank's outcome of its round in
+// one allgather of ballots that name the fence. Ok when all landed; this
+// rank's own failure when it had one (a failure of the fence itself added
+// as context); else Aborted naming the first rank that failed, its reason,
+// the layer and the round; Mismatch naming a rank at another fence or with
+// a malformed ballot. `deadline`: a collective's (the slowest rank's
+// transfers may run to their own deadline first).
+Status fence_round(ProcessGroup& group, const Status& mine, const FenceId& id, Deadline deadline);
 // Ok when every row this rank needs is in staging and verified; otherwise
 // the reason (also the rank's vote).
 Status run_attempt(const AttemptContext& context);

@@ -103,6 +103,11 @@ TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
 
 // [issue 31] --transfer-schedule hosts-fenced over UCX shared memory on 2
 // emulated hosts: every round verifies, and the report names the setting.
+// Then with stalled READs: a stalled rank reaches its fence at the transfer
+// deadline, the fence waits a collective's deadline, so the attempt is
+// voted down and retried (with the transfer deadline as the fence's, the
+// local group's fence timed out and the round was lost: "rank 1 sent
+// allgather #17 while rank 0 is in vote #18").
 TEST(RunCommand, FencedTransferScheduleVerifiesEveryRound) {
   std::string json = run_temp_path("fenced_schedule.json");
   Outcome outcome = run(kBinary + " run --ranks 4 --nodes 2 --transport shm --transfer-schedule hosts-fenced" +
@@ -110,6 +115,15 @@ TEST(RunCommand, FencedTransferScheduleVerifiesEveryRound) {
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
   EXPECT_EQ(parsed["transfer_schedule"], "hosts-fenced");
+  std::remove(json.c_str());
+  Outcome stalled = run(kBinary + " run --ranks 4 --nodes 2 --transport shm --transfer-schedule hosts-fenced "
+                                  "--inject stall=0.05,seed=2 --timeout 0.3 --retries 10" +
+                        kSmallRun + " --json " + json);
+  expect_all_verified(stalled, json, 2);
+  const nlohmann::json retried = read_json(json);
+  int retries = 0;
+  for (const auto& round : retried["rounds"]) retries += round["retries"].get<int>();
+  EXPECT_GT(retries, 0) << "no READ stalled: the seed no longer injects a stall\n" << stalled.output;
   std::remove(json.c_str());
 }
 

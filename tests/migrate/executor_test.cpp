@@ -84,7 +84,8 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
                                    const std::vector<Placement>& targets, const std::string& fault_spec = "",
                                    MigrateOptions options = {},
                                    std::function<void(int rank, Placement& current, Placement& target)>
-                                       stale_view = {}) {
+                                       stale_view = {},
+                                   std::function<void(int rank, MigrateOptions& options)> rank_options = {}) {
   auto thread_groups = make_thread_groups(topology.num_ranks);
   std::vector<std::unique_ptr<CountingGroup>> groups;
   for (auto& group : thread_groups) groups.push_back(std::make_unique<CountingGroup>(*group));
@@ -108,7 +109,10 @@ std::vector<RankResult> run_rounds(const Topology& topology, const std::vector<T
       }
       Placement current = default_placement(topology);
       testing::fill_rows(**store, current);
-      auto migrator = Migrator::create(*groups[size_t(r)], **agent, **store, topology, options, Deadline::after_seconds(20));
+      MigrateOptions mine = options;
+      if (rank_options) rank_options(r, mine);
+      auto migrator =
+          Migrator::create(*groups[size_t(r)], **agent, **store, topology, mine, Deadline::after_seconds(20));
       if (!migrator) {
         result.setup = migrator.status();
         return;
@@ -535,9 +539,27 @@ TEST(Executor, TransferScheduleRoundsMoveByteForByte) {
   EXPECT_GT(retried, 0) << "no fault seed injected an error";
 }
 
+// [issue 31] The rounds of every layer's schedule when `targets` commit one
+// after another from the default placement: the fences each rank joins.
+int schedule_rounds(const Topology& topology, const std::vector<Placement>& targets, const LinkBandwidths& links) {
+  int rounds = 0;
+  Placement current = default_placement(topology);
+  for (const Placement& target : targets) {
+    for (int l = 0; l < topology.num_layers; ++l) {
+      auto plan = plan_layer(current.layer_phy2log(l), target.layer_phy2log(l), topology, l);
+      EXPECT_TRUE(plan) << plan.status().to_string();
+      auto schedule = schedule_transfers(*plan, topology, links, 1.0);
+      EXPECT_TRUE(schedule) << schedule.status().to_string();
+      rounds += int(schedule->rounds.size());
+    }
+    current = target;
+  }
+  return rounds;
+}
+
 // [issue 31] Fenced rounds (MigrateOptions::fence_schedule_rounds): the
-// same rounds land byte for byte, every rank joins one fence per round of
-// the schedule (votes beyond the unfenced run's), and a READ that fails on
+// same rounds land byte for byte, every rank joins exactly one fence (an
+// allgather) per round of every layer's schedule, and a READ that fails on
 // one rank ends the attempt on every rank at that round's fence: the
 // others' failure names the rank and the round, and the retry completes.
 TEST(Executor, FencedScheduleRoundsMoveByteForByte) {
@@ -545,10 +567,11 @@ TEST(Executor, FencedScheduleRoundsMoveByteForByte) {
   std::mt19937_64 rng(31);
   std::vector<Placement> targets;
   for (int round = 0; round < 3; ++round) targets.push_back(random_placement(topology, rng));
+  const LinkBandwidths hosts{1, 1, 1};
   for (CommitMode commit : {CommitMode::Copy, CommitMode::Swap}) {
     SCOPED_TRACE(commit == CommitMode::Swap ? "swap" : "copy");
     MigrateOptions options;
-    options.transfer_schedule = LinkBandwidths{1, 1, 1};
+    options.transfer_schedule = hosts;
     options.commit = commit;
     auto free_rounds = run_rounds(topology, testing::three_tensors(8 << 10), targets, "", options);
     options.fence_schedule_rounds = true;
@@ -557,14 +580,16 @@ TEST(Executor, FencedScheduleRoundsMoveByteForByte) {
     for (const auto& result : fenced)
       for (const auto& round : result.rounds) EXPECT_TRUE(round.status) << round.status.to_string();
     EXPECT_TRUE(same_mapping(fenced[0].final_placement, targets.back()));
-    const int fences = fenced[0].round_collectives.at(Collective::Vote) -
-                       free_rounds[0].round_collectives.at(Collective::Vote);
-    EXPECT_GE(fences, int(targets.size()) * topology.num_layers) << "at least one fence per changed layer";
+    const int fences = fenced[0].round_collectives.at(Collective::Allgather) -
+                       free_rounds[0].round_collectives.at(Collective::Allgather);
+    EXPECT_EQ(fences, schedule_rounds(topology, targets, hosts)) << "one fence per round of every layer";
+    EXPECT_GT(fences, int(targets.size()) * topology.num_layers);
+    EXPECT_EQ(fenced[0].round_collectives.at(Collective::Vote), free_rounds[0].round_collectives.at(Collective::Vote));
     for (const auto& result : fenced)
       EXPECT_EQ(result.round_collectives, fenced[0].round_collectives) << "every rank joins every fence";
   }
   MigrateOptions faulty;
-  faulty.transfer_schedule = LinkBandwidths{1, 1, 1};
+  faulty.transfer_schedule = hosts;
   faulty.fence_schedule_rounds = true;
   faulty.retries = 20;
   int told_at_fence = 0;
@@ -575,6 +600,7 @@ TEST(Executor, FencedScheduleRoundsMoveByteForByte) {
     expect_consistent(results);
     for (const auto& result : results) {
       ASSERT_EQ(result.rounds.size(), targets.size());
+      EXPECT_EQ(result.round_collectives, results[0].round_collectives) << "every rank joins every fence";
       for (const auto& round : result.rounds) {
         EXPECT_TRUE(round.status) << round.status.to_string();
         for (const auto& layer : round.layers)
@@ -587,6 +613,40 @@ TEST(Executor, FencedScheduleRoundsMoveByteForByte) {
   EXPECT_GT(told_at_fence, 0) << "no rank learned of another's failed round at a fence";
 }
 
+// [issue 31] A stalled READ runs to the transfer deadline; the fence after
+// it waits a collective's deadline, so the others meet the stalled rank
+// there, the attempt is voted down and retried (as without fences), and
+// every round completes. (The in-process groups here also passed with the
+// transfer deadline as the fence's; over sockets that lost the round:
+// RunCommand.FencedTransferScheduleVerifiesEveryRound shows it.)
+TEST(Executor, FencedScheduleStallsAreRetried) {
+  Topology topology{3, 16, 32, 4, 4, 8};
+  std::mt19937_64 rng(5);
+  std::vector<Placement> targets{random_placement(topology, rng)};
+  MigrateOptions options;
+  options.transfer_schedule = LinkBandwidths{1, 1, 1};
+  options.fence_schedule_rounds = true;
+  options.timeout_seconds = 0.3;
+  options.collective_timeout_seconds = 5;
+  options.retries = 20;
+  Stopwatch clock;
+  auto results = run_rounds(topology, testing::three_tensors(8 << 10), targets, "stall=0.2,seed=4", options);
+  EXPECT_LT(clock.seconds(), 30.0);
+  expect_consistent(results);
+  int stalled = 0;
+  std::string failures;
+  for (const auto& result : results) {
+    ASSERT_EQ(result.rounds.size(), 1u);
+    EXPECT_TRUE(result.rounds[0].status) << result.rounds[0].status.to_string();
+    for (const auto& layer : result.rounds[0].layers) {
+      stalled += layer.failure.find("in progress at the deadline") != std::string::npos;
+      failures += layer.failure + "\n";
+    }
+  }
+  EXPECT_GT(stalled, 0) << "no READ stalled: the seed no longer injects a stall\n" << failures;
+  EXPECT_TRUE(same_mapping(results[0].final_placement, targets.back()));
+}
+
 // [issue 31] A rank that stops before the first fence (a stop request, as a
 // failed per-layer callback makes) still meets the others there: every
 // rank ends the round at the next layer's first fence and vote, naming the
@@ -594,13 +654,18 @@ TEST(Executor, FencedScheduleRoundsMoveByteForByte) {
 TEST(Executor, FencedScheduleRankStoppingBeforeTheFirstFence) {
   Topology topology{3, 16, 32, 4, 4, 8};
   std::mt19937_64 rng(7);
+  const std::vector<Placement> targets{random_placement(topology, rng)};
+  Placement layer_one_only = default_placement(topology);
+  ASSERT_TRUE(layer_one_only.set_layer(1, targets[0], 1));
+  ASSERT_GT(schedule_rounds(topology, {layer_one_only}, LinkBandwidths{1, 1, 1}), 0) << "layer 1 has fences";
   MigrateOptions options;
   options.transfer_schedule = LinkBandwidths{1, 1, 1};
   options.fence_schedule_rounds = true;
   options.on_layer_done = [](const LayerReport& layer) {
-    if (hook_rank == 5 && layer.layer == 0) hook_migrator->stop_at_next_vote(error(Code::Aborted, "test stop on rank 5"));
+    if (hook_rank == 5 && layer.layer == 0)
+      hook_migrator->stop_at_next_vote(error(Code::Aborted, "test stop on rank 5"));
   };
-  auto results = run_rounds(topology, testing::three_tensors(8 << 10), {random_placement(topology, rng)}, "", options);
+  auto results = run_rounds(topology, testing::three_tensors(8 << 10), targets, "", options);
   expect_consistent(results);
   for (size_t r = 0; r < results.size(); ++r) {
     ASSERT_EQ(results[r].rounds.size(), 1u);
@@ -608,6 +673,26 @@ TEST(Executor, FencedScheduleRankStoppingBeforeTheFirstFence) {
     EXPECT_FALSE(status) << "rank " << r;
     EXPECT_NE(status.to_string().find("rank 5 stopped the round"), std::string::npos) << status.to_string();
     EXPECT_NE(status.to_string().find("test stop on rank 5"), std::string::npos) << status.to_string();
+    EXPECT_EQ(results[r].round_collectives, results[0].round_collectives) << "rank " << r;
+  }
+}
+
+// [issue 31] Ranks with different transfer schedules (a fenced one among
+// them) are refused at set-up, naming the rank, before any collective of a
+// round could meet another kind.
+TEST(Executor, RanksWithDifferentTransferSchedulesAreRefused) {
+  Topology topology{3, 16, 32, 4, 4, 8};
+  MigrateOptions options;
+  options.transfer_schedule = LinkBandwidths{1, 1, 1};
+  auto results = run_rounds(topology, {{"w", 4096}}, {}, "", options, {}, [](int rank, MigrateOptions& mine) {
+    if (rank == 3) mine.fence_schedule_rounds = true;
+  });
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].setup.code(), Code::Mismatch) << results[r].setup.to_string();
+    EXPECT_NE(results[r].setup.message().find("rank 3 orders its READs with transfer schedule 'hosts-fenced', rank 0 "
+                                              "with 'hosts'"),
+              std::string::npos)
+        << results[r].setup.to_string();
   }
 }
 

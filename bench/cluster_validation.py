@@ -22,10 +22,11 @@ prediction.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
+
+from testbed_modes import numbered  # bench/, next to this script
 
 FRAMING = 1448 / 1514  # TCP payload per byte tc counts, 1500-byte MTU, timestamps on
 INTRA_RATE = "1GB"
@@ -42,12 +43,8 @@ def rate_bits(text):
 
 
 def runs_of(directory, mode):
-    """The run-<mode>-<i>.json reports in `directory`, by i (not those of a mode whose name starts
-    with this one's: hosts-fenced for hosts)."""
-    pattern = re.compile(rf"run-{re.escape(mode)}-(\d+)\.json")
-    found = [(int(m.group(1)), os.path.join(directory, name)) for name in os.listdir(directory)
-             if (m := pattern.fullmatch(name))]
-    return [path for _, path in sorted(found)]
+    """The run-<mode>-<i>.json reports in `directory`, by i (testbed_modes.numbered's rule)."""
+    return [path for _, path in numbered(directory, f"run-{mode}")]
 
 
 def rounds_of(path):

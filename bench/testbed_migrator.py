@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
 
 import numpy as np
+
+from testbed_modes import numbered  # bench/, next to this script
 
 
 def expert_row(expert: int, length: int) -> np.ndarray:
@@ -100,19 +101,10 @@ def run_rank(args) -> int:
     return 0
 
 
-def repeats(config_dir: str, name: str) -> list[str]:
-    """The files <name>-<i>.json in `config_dir`, by i (not those of a mode whose name starts with
-    this one's: hosts-fenced for hosts)."""
-    pattern = re.compile(rf"{re.escape(name)}-(\d+)\.json")
-    found = [(int(m.group(1)), os.path.join(config_dir, entry)) for entry in os.listdir(config_dir)
-             if (m := pattern.fullmatch(entry))]
-    return [path for _, path in sorted(found)]
-
-
 def reports(config_dir: str, prefix: str, mode: str) -> list[dict]:
     """Every repeat's report of `eplb run` (prefix "run") or of the Python Migrator ("py")."""
     found = []
-    for path in repeats(config_dir, f"{prefix}-{mode}"):
+    for _, path in numbered(config_dir, f"{prefix}-{mode}"):
         with open(path) as f:
             report = json.load(f)
         if report.get("status") != "ok":
@@ -136,7 +128,7 @@ def host_bytes_in(config_dir: str, prefix: str, mode: str) -> list[float]:
     """Per host: the median over the repeats of the bytes its link carried in (links-[py-]MODE-I.json)."""
     per_run = []
     links = f"links-{mode}" if prefix == "run" else f"links-{prefix}-{mode}"
-    for path in repeats(config_dir, links):
+    for _, path in numbered(config_dir, links):
         with open(path) as f:
             counters = json.load(f)
         per_run.append([a["rx_bytes"] - b["rx_bytes"]
@@ -150,11 +142,10 @@ def spread(values: list[float]) -> str:
 
 def paired(config_dir: str, prefix: str, mode: str) -> str:
     """Median (min-max) over the pairs of mode's total / off's total, pair i against pair i."""
-    base = dict(zip((int(re.search(r"-(\d+)\.json$", p).group(1)) for p in repeats(config_dir, f"{prefix}-off")),
-                    totals(config_dir, prefix, "off")))
-    runs = zip((int(re.search(r"-(\d+)\.json$", p).group(1)) for p in repeats(config_dir, f"{prefix}-{mode}")),
-               totals(config_dir, prefix, mode))
-    ratios = [total / base[i] for i, total in runs if i in base]
+    def by_pair(m: str) -> dict[int, float]:  # totals() is in numbered()'s order
+        return dict(zip((i for i, _ in numbered(config_dir, f"{prefix}-{m}")), totals(config_dir, prefix, m)))
+    base = by_pair("off")
+    ratios = [total / base[i] for i, total in by_pair(mode).items() if i in base]
     return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else "-"
 
 

@@ -12,7 +12,6 @@ back to back, alternating the order).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -20,14 +19,21 @@ import statistics
 import sys
 
 
+def numbered(directory: str, name: str) -> list[tuple[int, str]]:
+    """(i, path) of the files <name>-<i>.json in `directory`, by i: one mode's repeats, never those
+    of a mode whose name starts with this one's (run-hosts-fenced-1.json is no run-hosts file).
+    The one rule the testbed's readers (this script, cluster_validation.py, testbed_migrator.py)
+    find their files by."""
+    pattern = re.compile(rf"{re.escape(name)}-(\d+)\.json")
+    found = [(int(m.group(1)), os.path.join(directory, entry)) for entry in os.listdir(directory)
+             if (m := pattern.fullmatch(entry))]
+    return sorted(found)
+
+
 def totals(config_dir: str, mode: str) -> dict[int, float]:
     """Pair number -> total seconds of every rebalance of that pair's `eplb run` in `mode`."""
     out = {}
-    for path in glob.glob(os.path.join(config_dir, f"run-{mode}-*.json")):
-        number = re.fullmatch(rf"run-{re.escape(mode)}-(\d+)\.json", os.path.basename(path))
-        if not number:
-            continue  # another mode whose name starts with this one's (hosts-fenced for hosts)
-        number = int(number.group(1))
+    for number, path in numbered(config_dir, f"run-{mode}"):
         with open(path) as f:
             report = json.load(f)
         if report.get("status") != "ok" or not report.get("all_verified"):

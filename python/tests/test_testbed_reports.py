@@ -1,7 +1,8 @@
 """The testbed's report readers (issue 31): bench/testbed_modes.py, bench/cluster_validation.py and
 bench/testbed_migrator.py each read one schedule mode's run-<mode>-<i>.json files (by
-testbed_modes.numbered), and none of them takes another mode's files whose name starts with this one's (hosts-fenced for hosts: a glob on
-run-hosts-*.json took them, and the hosts row showed fenced times)."""
+testbed_modes.numbered), and none of them takes another mode's files whose name starts with this
+one's (hosts-fenced for hosts: a glob on run-hosts-*.json took them, and the hosts row showed fenced
+times)."""
 import importlib.util
 import json
 import pathlib

@@ -273,7 +273,7 @@ struct MigrateOptions {
   std::optional<LinkBandwidths> transfer_schedule;
   // [issue 31] With transfer_schedule: the rounds are fenced (names
   // "ranks-fenced", "hosts-fenced": set_transfer_schedule). After each
-  // round of the schedule every rank joins one small vote carrying its
+  // round of the schedule every rank joins one small allgather carrying its
   // round's outcome, so that no rank posts round k+1 while another rank's
   // round k still holds a link (a READ of round k+1 would meet one of round
   // k on its source's or receiver's link). A failure on any rank ends the

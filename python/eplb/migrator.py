@@ -79,7 +79,7 @@ class Migrator:
             "off" (all at once, the default), "ranks" (contention-aware rounds, one expert per NIC per
             round) or "hosts" (also one expert per host link per round), as the CLI's --transfer-schedule;
             "ranks-fenced" / "hosts-fenced": the same rounds, each started once every rank's previous
-            round landed (a small vote per round; faster where shallow NIC queues drop packets when
+            round landed (a small allgather per round; faster where shallow NIC queues drop packets when
             several senders meet, slower with deep queues: docs/scale.md).
             Needs num_nodes for the hosts; the torch and staged planes (paired sends and receives) refuse it.
     """

@@ -122,7 +122,7 @@ void add_transfer_options(CLI::App& run, RunArgs& args) {
                  "one expert per NIC per round; hosts limited by their ranks' NICs) or hosts (rounds for hosts\n"
                  "whose one link carries one expert at a time, as on the scripts/netns_cluster.sh testbed); each\n"
                  "round starts when this rank's previous one landed. ranks-fenced, hosts-fenced: every rank\n"
-                 "waits for every rank's round before the next (a small vote per round), so that rounds never\n"
+                 "waits for every rank's round before the next (a small allgather per round), so that rounds never\n"
                  "overlap on a link (faster where shallow NIC queues drop packets; docs/scale.md)")
       ->check(
           [](const std::string& name) {

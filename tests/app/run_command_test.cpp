@@ -34,6 +34,13 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(file, nullptr, false);
 }
 
+// Retries over every round of an `eplb run --json` report.
+int total_retries(const nlohmann::json& report) {
+  int retries = 0;
+  for (const auto& round : report["rounds"]) retries += round["retries"].get<int>();
+  return retries;
+}
+
 void expect_all_verified(const Outcome& outcome, const std::string& json_path, int rounds) {
   EXPECT_EQ(outcome.exit_code, 0) << outcome.output;
   EXPECT_NE(outcome.output.find("verified byte for byte against the mapping"), std::string::npos) << outcome.output;
@@ -88,9 +95,7 @@ TEST(RunCommand, SyncSwapCommitVerifiesWithCorruptionRetried) {
                                   "--inject corrupt=0.3,seed=4" + kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
-  int retries = 0;
-  for (const auto& round : parsed["rounds"]) retries += round["retries"].get<int>();
-  EXPECT_GT(retries, 0) << outcome.output;
+  EXPECT_GT(total_retries(parsed), 0) << outcome.output;
   EXPECT_NE(outcome.output.find("of spare buffers per rank (--commit swap)"), std::string::npos) << outcome.output;
   EXPECT_EQ(parsed["commit"], "swap");
   EXPECT_GT(parsed["spare_bytes"].get<uint64_t>(), 0u);
@@ -120,10 +125,8 @@ TEST(RunCommand, FencedTransferScheduleVerifiesEveryRound) {
                                   "--inject stall=0.05,seed=2 --timeout 0.3 --retries 10" +
                         kSmallRun + " --json " + json);
   expect_all_verified(stalled, json, 2);
-  const nlohmann::json retried = read_json(json);
-  int retries = 0;
-  for (const auto& round : retried["rounds"]) retries += round["retries"].get<int>();
-  EXPECT_GT(retries, 0) << "no READ stalled: the seed no longer injects a stall\n" << stalled.output;
+  EXPECT_GT(total_retries(read_json(json)), 0)
+      << "no READ stalled: the seed no longer injects a stall\n" << stalled.output;
   std::remove(json.c_str());
 }
 
@@ -144,9 +147,7 @@ TEST(RunCommand, InjectedErrorsAreRetriedAndTheRunCompletes) {
                         kSmallRun + " --json " + json);
   expect_all_verified(outcome, json, 2);
   auto parsed = read_json(json);
-  int retries = 0;
-  for (const auto& round : parsed["rounds"]) retries += round["retries"].get<int>();
-  EXPECT_GT(retries, 0) << outcome.output;
+  EXPECT_GT(total_retries(parsed), 0) << outcome.output;
   std::remove(json.c_str());
 }
 

@@ -46,8 +46,9 @@ def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus, *, 
             (default 0.1).
         anti_affinity: never two replicas of one expert on one rank (an eplb.Error when impossible).
         min_gain: hysteresis: keep a layer of `current` if balancedness would gain less than this.
-        estimator: for a window: "sum" (default), "ema:H" (half-life H steps) or "robust:Z"
-            (mean + Z standard deviations per expert).
+        estimator: for a window: "sum" (default), "ema:H" (half-life H steps), "robust:Z"
+            (mean + Z standard deviations per expert) or "auto" (the ema half-life, or the sum, that
+            best predicts the window's newer half from its older half).
         move_threshold: incremental: stop when the best move improves the max rank load by <= this.
         cluster: cost-aware: the hosts and network that price a migration, "h100" (default) or "h200";
             num_nodes are its hosts.
@@ -86,7 +87,7 @@ def _place(weight, num_replicas, num_groups, num_nodes, num_gpus, *, policy, cur
     if not isinstance(policy, str):
         raise Error(f"policy must be a name (one of {', '.join(policies())}), got {policy!r}")
     if estimator is not None and not isinstance(estimator, str):
-        raise Error(f"estimator must be 'sum', 'ema:H' or 'robust:Z', got {estimator!r}")
+        raise Error(f"estimator must be 'sum', 'ema:H', 'robust:Z' or 'auto', got {estimator!r}")
     for name, value in (("cluster", cluster), ("stall_mode", stall_mode)):
         if value is not None and not isinstance(value, str):
             raise Error(f"{name} must be a name, got {value!r}")

@@ -53,3 +53,20 @@ def test_estimators_change_what_is_planned_for():
         assert (got == expected).all()
     robust = eplb.rebalance_experts(window, *counts, estimator="robust:1.5")[0]
     assert robust.shape == (2, 24)
+
+
+def test_auto_estimator_follows_drift_and_keeps_the_sum_without_it():
+    rng = np.random.default_rng(4)
+    steady = np.repeat(rng.poisson(100, size=(1, 2, 16)).astype(np.float64), 16, axis=0)
+    steady[:, :, 3] += 400  # the same load at every step, one expert hot throughout: no drift
+    counts = (24, 1, 1, 8)
+    for got, expected in zip(eplb.rebalance_experts(steady, *counts, estimator="auto"),
+                             eplb.rebalance_experts(steady, *counts, estimator="sum")):
+        assert (got == expected).all()
+    rising = steady.copy()
+    rising[:, :, 8] += np.linspace(0, 3000, 16)[:, None]  # expert 8 heats up step by step
+    by_auto = eplb.rebalance_experts(rising, *counts, estimator="auto")
+    by_sum = eplb.rebalance_experts(rising, *counts, estimator="sum")
+    assert by_auto[2][0, 8] > by_sum[2][0, 8]  # planned for what expert 8 carries now
+    for got, expected in zip(by_auto, eplb.rebalance_experts(rising, *counts, estimator="ema:1")):
+        assert (got == expected).all()

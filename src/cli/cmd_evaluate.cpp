@@ -142,6 +142,7 @@ nlohmann::json policy_json(const PolicyEvaluation& r) {
                            {"median_cpu_seconds", r.median_cpu_seconds()}};
   for (const auto& w : r.windows)
     policy["windows"].push_back({{"boundary", w.boundary},
+                                 {"estimator", w.estimator},
                                  {"in_sample", w.in_sample},
                                  {"next_window", w.next_window},
                                  {"stale_next", w.stale_next},
@@ -222,7 +223,8 @@ void add_evaluate(CLI::App& app) {
   command->add_option("--policies", args->policies, "Comma-separated policies: deepseek, relabel, incremental, balanced, cost-aware")
       ->capture_default_str();
   command->add_option("--estimator", args->estimator,
-                      "Load estimator: sum | ema:H (half-life H steps) | robust:Z (mean + Z*stddev per step)")
+                      "Load estimator: sum | ema:H (half-life H steps) | robust:Z (mean + Z*stddev per step) | auto (the ema "
+                      "half-life, or sum, that best predicts the newer half of the steps from the older half)")
       ->capture_default_str();
   command->add_option("--budget", args->budget,
                       "incremental: slots rewritten per layer and rebalance; < 1 a fraction of the slots, >= 1 a count")

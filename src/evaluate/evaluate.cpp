@@ -96,7 +96,8 @@ Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology&
   for (int index = 0; index < rebalances; ++index) {
     const int boundary = (index + 1) * window;
     const int first = std::max(0, boundary - options.history * window);
-    EPLB_ASSIGN_OR_RETURN(LoadMatrix estimate, estimate_load(trace, first, boundary - first, options.estimator));
+    EPLB_ASSIGN_OR_RETURN(Estimator applied, resolve_estimator(trace, first, boundary - first, options.estimator));
+    EPLB_ASSIGN_OR_RETURN(LoadMatrix estimate, estimate_load(trace, first, boundary - first, applied));
     LoadMatrix next = window_sum(trace, boundary, window);
     Stopwatch timer;
     const std::clock_t cpu_start = std::clock();
@@ -106,6 +107,7 @@ Result<PolicyEvaluation> evaluate_policy(const LoadTrace& trace, const Topology&
     if (!placed) return placed.status().with_context(fmt::format("policy {} at step {}", policy, boundary));
     WindowResult row;
     row.boundary = boundary;
+    row.estimator = applied.to_string();
     row.seconds = seconds;
     row.cpu_seconds = cpu_seconds;
     row.in_sample = balancedness(*placed, estimate, topology).mean_balancedness;

@@ -33,6 +33,7 @@ TEST_F(SimulateCli, TraceAndPolicyPrintsEveryRebalanceAndWritesJson) {
     EXPECT_EQ(r["link_bytes"]["nic_in"].size(), 16u);
     EXPECT_EQ(r["link_bytes"]["host_in"].size(), 4u);
     EXPECT_EQ(r["layers"].size(), 4u);
+    EXPECT_EQ(r["estimator"], "sum");  // the default
   }
   // The same inputs give the same numbers (only the wall time differs).
   ASSERT_EQ(run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --policy incremental --json " +
@@ -41,6 +42,29 @@ TEST_F(SimulateCli, TraceAndPolicyPrintsEveryRebalanceAndWritesJson) {
   for (auto* document : {&json, &again})
     for (auto& r : (*document)["rebalances"]) r.erase("policy_seconds");
   EXPECT_EQ(again["rebalances"], json["rebalances"]);
+}
+
+// --estimator auto records what it chose at every rebalance: a recent
+// half-life on a drifting trace, the plain sum on one that does not drift.
+TEST_F(SimulateCli, AutoEstimatorRecordsItsChoice) {
+  for (const std::string drift : {"0.05", "0"}) {
+    ASSERT_EQ(run_eplb("gen-load --layers 4 --experts 32 --steps 60 --seed 3 --drift " + drift + " --out " +
+                       file("t.npy")).exit_code, 0);
+    CliRun run = run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --policy deepseek --estimator auto " +
+                          "--json " + file("a.json") + " --quiet");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const auto json = nlohmann::json::parse(slurp(file("a.json")));
+    ASSERT_EQ(json["rebalances"].size(), 2u);
+    for (const auto& r : json["rebalances"]) {
+      const std::string chosen = r["estimator"];
+      if (drift == "0")
+        EXPECT_EQ(chosen, "sum");
+      else
+        EXPECT_EQ(chosen.rfind("ema:", 0), 0u) << chosen;
+    }
+  }
+  EXPECT_EQ(run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --policy deepseek --estimator auto:2 --quiet",
+                     false).exit_code, 2);
 }
 
 TEST_F(SimulateCli, CostAwareWeighsTheSimulatedServing) {

@@ -31,7 +31,9 @@ TEST(Estimator, Parse) {
   EXPECT_EQ(robust->z, 1.5);
   EXPECT_EQ(parse_estimator(robust->to_string())->z, 1.5);
   EXPECT_EQ(parse_estimator("ema:2.5")->to_string(), "ema:2.5");
-  for (const char* bad : {"", "sums", "sum:1", "ema", "ema:", "ema:0", "ema:-2", "ema:x", "robust", "robust:nan",
+  EXPECT_EQ(parse_estimator("auto")->kind, EstimatorKind::Auto);
+  EXPECT_EQ(parse_estimator("auto")->to_string(), "auto");
+  for (const char* bad : {"", "sums", "sum:1", "auto:2", "automatic", "ema", "ema:", "ema:0", "ema:-2", "ema:x", "robust", "robust:nan",
                           "robust:1e999", "median"}) {
     auto parsed = parse_estimator(bad);
     EXPECT_FALSE(parsed.is_ok()) << bad;
@@ -69,6 +71,62 @@ TEST(Estimator, RobustAddsZStandardDeviations) {
   EXPECT_EQ(low->at(0, 0), 0);
   // z = 0 is the sum.
   EXPECT_NEAR(estimate_load(small_trace(), 0, 4, *parse_estimator("robust:0"))->at(0, 0), 10, 1e-12);
+}
+
+// One layer, one expert, the given per-step loads.
+LoadTrace series(std::vector<double> values) {
+  LoadTrace trace;
+  trace.num_steps = int(values.size());
+  trace.num_layers = 1;
+  trace.num_experts = 1;
+  trace.values = std::move(values);
+  return trace;
+}
+
+TEST(Estimator, AutoKeepsTheSumWhenTheLoadDoesNotDrift) {
+  // Constant, and noisy around a constant mean: the older half's plain sum
+  // predicts the newer half exactly, and ties keep the longest memory.
+  for (const LoadTrace& trace : {series({5, 5, 5, 5, 5, 5, 5, 5}), series({0, 10, 0, 10, 0, 10, 0, 10})}) {
+    auto resolved = resolve_estimator(trace, 0, 8, *parse_estimator("auto"));
+    ASSERT_TRUE(resolved.is_ok());
+    EXPECT_EQ(resolved->to_string(), "sum");
+    EXPECT_EQ(estimate_load(trace, 0, 8, *parse_estimator("auto"))->at(0, 0),
+              estimate_load(trace, 0, 8, Estimator{})->at(0, 0));
+  }
+}
+
+TEST(Estimator, AutoFollowsALoadThatDrifts) {
+  // A ramp 1..8: the older half (1..4) predicts the newer half's mean 6.5
+  // best with the shortest half-life (1 step: 3.27; the sum: 2.5).
+  LoadTrace ramp = series({1, 2, 3, 4, 5, 6, 7, 8});
+  auto resolved = resolve_estimator(ramp, 0, 8, *parse_estimator("auto"));
+  ASSERT_TRUE(resolved.is_ok());
+  EXPECT_EQ(resolved->to_string(), "ema:1");
+  EXPECT_NEAR(estimate_load(ramp, 0, 8, *parse_estimator("auto"))->at(0, 0),
+              estimate_load(ramp, 0, 8, *parse_estimator("ema:1"))->at(0, 0), 1e-12);
+  // It sees only the steps it is given: steps 0..3 of the ramp alone.
+  EXPECT_EQ(resolve_estimator(ramp, 0, 4, *parse_estimator("auto"))->to_string(), "ema:1");
+}
+
+TEST(Estimator, AutoChoosesAMiddleHalfLifeWhenNoiseAndDriftMeet) {
+  // The newer half's mean (4) is best predicted by a half-life between the
+  // extremes: the step loads 8, 0, 8, 0 are noise around a level that rose
+  // from 0 (steps 0..3) to 4 (steps 4..11). Predicted means: half-life 1
+  // 2.66 (it follows the last step's noise), 2 3.16, 4 3.13, 8 2.96, 16
+  // 2.83, the sum 2.67.
+  LoadTrace trace = series({0, 0, 0, 0, 8, 0, 8, 0, 8, 0, 8, 0, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4});
+  auto resolved = resolve_estimator(trace, 0, 24, *parse_estimator("auto"));
+  ASSERT_TRUE(resolved.is_ok());
+  EXPECT_EQ(resolved->to_string(), "ema:2");
+}
+
+TEST(Estimator, AutoOnFewerThanFourStepsIsTheSum) {
+  LoadTrace ramp = series({1, 2, 3, 4, 5, 6, 7, 8});
+  EXPECT_EQ(resolve_estimator(ramp, 5, 3, *parse_estimator("auto"))->to_string(), "sum");
+  EXPECT_EQ(estimate_load(ramp, 5, 3, *parse_estimator("auto"))->at(0, 0), 21);
+  EXPECT_FALSE(resolve_estimator(ramp, 6, 3, *parse_estimator("auto")).is_ok());  // outside the trace
+  // Other estimators resolve to themselves.
+  EXPECT_EQ(resolve_estimator(ramp, 0, 8, *parse_estimator("ema:3"))->to_string(), "ema:3");
 }
 
 TEST(Estimator, RejectsStepsOutsideTheTrace) {

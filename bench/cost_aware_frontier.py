@@ -2,6 +2,7 @@
 """Balance against moves on the standard trace: cost-aware against the anchors (issue 31, docs/scale.md).
 
 Usage: bench/cost_aware_frontier.py [--eplb build/eplb] [--trace t.npy] [--external NAME=placements.npy] [--seed 1]
+                                    [--no-auto] [--json out.json]
 
 The standard trace (`eplb gen-load --preset deepseek-v3 --dist lognormal --steps 400 --seed 1`),
 windows of 20 steps, the DeepSeek-V3 shape on 4 hosts (`eplb evaluate --preset deepseek-v3`), 19

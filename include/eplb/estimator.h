@@ -55,7 +55,8 @@ Result<Estimator> parse_estimator(std::string_view text);
 Result<LoadMatrix> estimate_load(const LoadTrace& trace, int first, int count, const Estimator& estimator);
 
 // What `auto` resolves to on steps [first, first + count): ema:H or sum
-// (any other estimator is returned as it is).
+// (any other estimator is returned as it is). Steps outside the trace, or a
+// trace whose values do not match its shape: InvalidArgument.
 Result<Estimator> resolve_estimator(const LoadTrace& trace, int first, int count, const Estimator& estimator);
 
 }  // namespace eplb

@@ -57,8 +57,8 @@ struct EvaluateOptions {
 };
 
 struct WindowResult {
-  int boundary = 0;     // first step of the next window
-  std::string estimator;  // the estimator as applied ("auto" resolved: "ema:2", "sum")
+  int boundary = 0;        // first step of the next window
+  std::string estimator;   // the estimator as applied ("auto" resolved: "ema:2", "sum")
   double in_sample = 0;
   double next_window = 0;
   double stale_next = 0;

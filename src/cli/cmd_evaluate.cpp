@@ -223,8 +223,9 @@ void add_evaluate(CLI::App& app) {
   command->add_option("--policies", args->policies, "Comma-separated policies: deepseek, relabel, incremental, balanced, cost-aware")
       ->capture_default_str();
   command->add_option("--estimator", args->estimator,
-                      "Load estimator: sum | ema:H (half-life H steps) | robust:Z (mean + Z*stddev per step) | auto (the ema "
-                      "half-life, or sum, that best predicts the newer half of the steps from the older half)")
+                      "Load estimator: sum | ema:H (half-life H steps) | robust:Z (mean + Z*stddev per step) | "
+                      "auto (the ema half-life, or sum, that best predicts the newer half of the steps from the "
+                      "older half)")
       ->capture_default_str();
   command->add_option("--budget", args->budget,
                       "incremental: slots rewritten per layer and rebalance; < 1 a fraction of the slots, >= 1 a count")

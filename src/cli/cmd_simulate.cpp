@@ -96,7 +96,8 @@ nlohmann::json rebalance_json(const RebalanceSimulation& r) {
     layers.push_back({{"layer", l.layer}, {"changed", l.changed}, {"lower_bound", l.lower_bound},
                       {"schedule_makespan", l.schedule_makespan}, {"scheduled", l.scheduled},
                       {"unscheduled", l.unscheduled}, {"busiest_commit_bytes", l.busiest_commit_bytes}});
-  return {{"boundary", r.window.boundary}, {"estimator", r.window.estimator}, {"in_sample", r.window.in_sample}, {"next_window", r.window.next_window},
+  return {{"boundary", r.window.boundary}, {"estimator", r.window.estimator},
+          {"in_sample", r.window.in_sample}, {"next_window", r.window.next_window},
           {"stale_next", r.window.stale_next}, {"sum_before", r.sum_before}, {"sum_after", r.sum_after},
           {"slots_moved", r.window.slots_moved}, {"policy_seconds", r.window.seconds},
           {"bytes_local", r.cost.bytes_local}, {"bytes_intra_host", r.cost.bytes_intra_host},

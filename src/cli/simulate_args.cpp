@@ -56,7 +56,8 @@ void add_input_options(CLI::App& command, SimulateArgs& args) {
   command.add_option("--load", args.load, "With --before/--after: the load [L][E] to judge the balance on");
   command.add_option("--window", args.window, "Trace steps between rebalances")->capture_default_str()->check(positive_integer());
   command.add_option("--history", args.history, "Past windows the estimator sees")->capture_default_str()->check(positive_integer());
-  command.add_option("--estimator", args.estimator, "Load estimator: sum | ema:H | robust:Z | auto (see eplb evaluate --help)")->capture_default_str();
+  command.add_option("--estimator", args.estimator, "Load estimator: sum | ema:H | robust:Z | auto (eplb evaluate --help)")
+      ->capture_default_str();
   std::string names;
   for (const auto& name : policy_names()) names += (names.empty() ? "" : ", ") + name;
   command.add_option("--policy", args.policy, "Policy replayed on --trace: " + names)->capture_default_str();

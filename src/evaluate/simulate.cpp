@@ -66,6 +66,7 @@ Result<std::vector<RebalanceSimulation>> simulate_sequence(const LoadTrace& trac
     EPLB_ASSIGN_OR_RETURN(RebalanceSimulation simulated,
                           simulate_rebalance(current, placements[i], next, topology, options));
     simulated.window.boundary = boundary;
+    simulated.window.estimator = "sum";  // in sample: the window's plain sum
     simulated.window.in_sample = balancedness(placements[i], trace.sum(boundary - window, window), topology).mean_balancedness;
     results.push_back(std::move(simulated));
     current = placements[i];

@@ -111,6 +111,8 @@ double auto_half_life(const LoadTrace& trace, int first, int count) {
   if (count < 4) return INFINITY;
   const int older = count / 2, newer = count - older;
   const LoadMatrix target = weighted_sum(trace, first + older, newer, INFINITY);
+  double scale = 0;  // errors below 1e-12 of the target's own size are rounding, not prediction
+  for (double v : target.values) scale += (v / newer) * (v / newer);
   auto error_of = [&](double half_life) {
     const LoadMatrix predicted = weighted_sum(trace, first, older, half_life);
     double error = 0;
@@ -123,7 +125,7 @@ double auto_half_life(const LoadTrace& trace, int first, int count) {
   double best = INFINITY, best_error = error_of(INFINITY);
   for (auto it = std::rbegin(kAutoHalfLives); it != std::rend(kAutoHalfLives); ++it) {  // longest memory first
     const double error = error_of(*it);
-    if (error < (1 - kAutoMargin) * best_error) best = *it, best_error = error;
+    if (error < (1 - kAutoMargin) * best_error - 1e-12 * scale) best = *it, best_error = error;
   }
   return best;
 }
@@ -142,8 +144,8 @@ Status check_steps(const LoadTrace& trace, int first, int count) {
 }  // namespace
 
 Result<Estimator> resolve_estimator(const LoadTrace& trace, int first, int count, const Estimator& estimator) {
-  if (estimator.kind != EstimatorKind::Auto) return estimator;
   EPLB_TRY(check_steps(trace, first, count));
+  if (estimator.kind != EstimatorKind::Auto) return estimator;
   Estimator resolved;
   const double half_life = auto_half_life(trace, first, count);
   if (!std::isinf(half_life)) {

@@ -62,9 +62,17 @@ TEST_F(SimulateCli, AutoEstimatorRecordsItsChoice) {
       else
         EXPECT_EQ(chosen.rfind("ema:", 0), 0u) << chosen;
     }
+    // What it recorded is what it applied: the first rebalance (from the
+    // default placement) comes out the same when that estimator is named.
+    const std::string first = json["rebalances"][0]["estimator"];
+    ASSERT_EQ(run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --policy deepseek --estimator " + first +
+                       " --json " + file("b.json") + " --quiet").exit_code, 0);
+    const auto named = nlohmann::json::parse(slurp(file("b.json")));
+    EXPECT_EQ(named["rebalances"][0]["next_window"], json["rebalances"][0]["next_window"]);
+    EXPECT_EQ(named["rebalances"][0]["slots_moved"], json["rebalances"][0]["slots_moved"]);
   }
-  EXPECT_EQ(run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --policy deepseek --estimator auto:2 --quiet",
-                     false).exit_code, 2);
+  EXPECT_EQ(run_eplb("simulate " + kSmall + "--trace " + file("t.npy") + " --policy deepseek --estimator auto:2 " +
+                     "--quiet", false).exit_code, 2);
 }
 
 TEST_F(SimulateCli, CostAwareWeighsTheSimulatedServing) {

@@ -33,8 +33,8 @@ TEST(Estimator, Parse) {
   EXPECT_EQ(parse_estimator("ema:2.5")->to_string(), "ema:2.5");
   EXPECT_EQ(parse_estimator("auto")->kind, EstimatorKind::Auto);
   EXPECT_EQ(parse_estimator("auto")->to_string(), "auto");
-  for (const char* bad : {"", "sums", "sum:1", "auto:2", "automatic", "ema", "ema:", "ema:0", "ema:-2", "ema:x", "robust", "robust:nan",
-                          "robust:1e999", "median"}) {
+  for (const char* bad : {"", "sums", "sum:1", "auto:2", "automatic", "ema", "ema:", "ema:0", "ema:-2", "ema:x",
+                          "robust", "robust:nan", "robust:1e999", "median"}) {
     auto parsed = parse_estimator(bad);
     EXPECT_FALSE(parsed.is_ok()) << bad;
     EXPECT_EQ(parsed.status().code(), Code::InvalidArgument) << bad;
@@ -104,8 +104,21 @@ TEST(Estimator, AutoFollowsALoadThatDrifts) {
   EXPECT_EQ(resolved->to_string(), "ema:1");
   EXPECT_NEAR(estimate_load(ramp, 0, 8, *parse_estimator("auto"))->at(0, 0),
               estimate_load(ramp, 0, 8, *parse_estimator("ema:1"))->at(0, 0), 1e-12);
-  // It sees only the steps it is given: steps 0..3 of the ramp alone.
-  EXPECT_EQ(resolve_estimator(ramp, 0, 4, *parse_estimator("auto"))->to_string(), "ema:1");
+  // It sees only the steps it is given: flat steps, then a ramp after them.
+  LoadTrace flat_then_ramp = series({5, 5, 5, 5, 5, 5, 5, 5, 6, 8, 10, 12, 14, 16});
+  EXPECT_EQ(resolve_estimator(flat_then_ramp, 0, 8, *parse_estimator("auto"))->to_string(), "sum");
+  EXPECT_EQ(resolve_estimator(flat_then_ramp, 6, 8, *parse_estimator("auto"))->to_string(), "ema:1");
+}
+
+TEST(Estimator, AutoNeedsAShorterMemoryToWinByTheMargin) {
+  // Older half 0, 0, 1, 0; newer half 4 throughout. Every half-life predicts
+  // the newer mean a little better than the sum (errors 0.986-0.997 of the
+  // sum's), none by more than kAutoMargin (5%): the sum stays.
+  LoadTrace trace = series({0, 0, 1, 0, 4, 4, 4, 4});
+  EXPECT_EQ(resolve_estimator(trace, 0, 8, *parse_estimator("auto"))->to_string(), "sum");
+  // Values that differ only by rounding: the sum stays too.
+  LoadTrace constant = series({0.1, 0.1, 0.1, 0.1, 0.1});
+  EXPECT_EQ(resolve_estimator(constant, 0, 5, *parse_estimator("auto"))->to_string(), "sum");
 }
 
 TEST(Estimator, AutoChoosesAMiddleHalfLifeWhenNoiseAndDriftMeet) {

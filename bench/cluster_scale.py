@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rebalances at cluster scale, predicted by `eplb simulate` (issue 31, docs/scale.md).
 
-Usage: bench/cluster_scale.py [--eplb build/eplb] [--steps 100] [--interval 600] [--cluster h100]
+Usage: bench/cluster_scale.py [--eplb build/eplb] [--steps 100] [--interval 600] [--cluster h100] [--estimator sum]
                               [--external NAME=COMMAND] [--json out.json] [--plot out.png]
 
 For every model preset (deepseek-v3, kimi-k2, qwen3-235b) at EP32, EP64, EP144 and EP320 (hosts of 8
@@ -38,7 +38,8 @@ def slots_for(experts, ranks):
 def simulate(args, model, ranks, trace, workdir, policy, extra):
     out = os.path.join(workdir, f"{model}-{ranks}-{policy}.json")
     command = [args.eplb, "simulate", "--model", model, "--ranks", str(ranks), "--cluster", args.cluster,
-               "--trace", trace, "--window", "20", "--interval-s", str(args.interval), "--json", out, "--quiet"] + extra
+               "--trace", trace, "--window", "20", "--interval-s", str(args.interval), "--estimator", args.estimator,
+               "--json", out, "--quiet"] + extra
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
@@ -137,6 +138,8 @@ def main():
     parser.add_argument("--steps", type=int, default=100, help="trace steps (windows of 20: steps/20 - 1 rebalances)")
     parser.add_argument("--interval", type=float, default=600)
     parser.add_argument("--cluster", default="h100")
+    parser.add_argument("--estimator", default="sum",
+                        help="load estimator every policy plans from (default sum, the engines' input; e.g. auto)")
     parser.add_argument("--external", action="append", default=[], help="NAME=COMMAND template (see above)")
     parser.add_argument("--json")
     parser.add_argument("--plot")
@@ -149,7 +152,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="eplb-scale-") as workdir:
         rows = run_all(args, workdir)
     print(f"cluster {args.cluster}, sync serving, a rebalance every {args.interval:g} s (one trace window of 20 steps), "
-          f"step 50 ms, 4096 tokens per step; means per rebalance")
+          f"step 50 ms, 4096 tokens per step, estimator {args.estimator}; means per rebalance")
     print_rows(rows)
     if args.json:
         with open(args.json, "w") as f:

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -145,6 +146,8 @@ def main():
     parser.add_argument("--plot")
     parser.add_argument("--replot", help="only draw --plot from this --json of an earlier run")
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the temporary directory below is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.replot:
         with open(args.replot) as f:
             plot(json.load(f), args.plot, args.interval)

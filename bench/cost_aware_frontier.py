@@ -21,6 +21,7 @@ as % of deepseek's from the same estimator (equal inputs).
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,8 @@ def main():
     parser.add_argument("--no-auto", action="store_true", help="skip the --estimator auto section")
     parser.add_argument("--json", help="write every row here")
     args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the temporary directory below is removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="eplb-frontier-") as workdir:
         trace = args.trace or os.path.join(workdir, "t.npy")
         if not args.trace:

@@ -7,12 +7,14 @@ eplb's C++ library from Python (docs/python.md):
                                                       num_nodes=4, num_gpus=32)
 
 - rebalance_experts: DeepSeek's signature and result; policies deepseek (exact), relabel,
-  incremental, balanced (eplb.policies()); windows through estimators; the GIL is released.
+  incremental, balanced (eplb.policies()); windows through estimators (estimate_load: the
+  estimator alone); the GIL is released.
 - compute_logical_maps: vLLM's semantics. balancedness, rank_loads: balance metrics.
 - plan_migration: what a change of placement moves (bytes kept / local / intra / inter node).
 - read_load, read_load_trace, read_placement: eplb's files.
 - eplb.vllm: vLLM's policy and communicator contracts, its general plugin (EPLB_VLLM_POLICY,
-  EPLB_VLLM_COMMUNICATOR) and install(); eplb.sglang: SGLang's algorithm entry and recorder dumps;
+  EPLB_VLLM_COMMUNICATOR, EPLB_VLLM_ESTIMATOR), install() and install_window() (eplb's estimators
+  on vLLM's load window); eplb.sglang: SGLang's algorithm entry and recorder dumps;
   eplb.plot: pictures (python3 -m eplb.plot).
 - Migrator: moves an engine's own expert tensors between ranks over torch.distributed (or eplb's
   bootstraps: ProcessGroup.from_env), verified, layer by layer; empty / empty_like: tensors in
@@ -33,11 +35,11 @@ from eplb.migrator import Migrator
 from eplb.files import read_load, read_load_trace, read_placement
 from eplb.maps import compute_logical_maps
 from eplb.plan import plan_migration
-from eplb.policy import policies, rebalance_experts
+from eplb.policy import estimate_load, policies, rebalance_experts
 from eplb import plot, sglang, vllm  # noqa: E402  (adapters; heavy imports stay lazy inside them)
 
 __all__ = [
-    "__version__", "Error", "rebalance_experts", "policies", "compute_logical_maps", "balancedness",
+    "__version__", "Error", "rebalance_experts", "policies", "estimate_load", "compute_logical_maps", "balancedness",
     "Balancedness", "rank_loads", "plan_migration", "read_load", "read_load_trace", "read_placement",
     "plot", "sglang", "vllm", "Migrator", "ProcessGroup", "empty", "empty_like", "LayoutError", "MigrationError",
     "TimeoutError", "PeerLostError", "AsyncMigration",

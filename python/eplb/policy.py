@@ -5,12 +5,13 @@ output, whatever `threads`), releases the GIL while the policy runs, and
 returns (phy2log, log2phy, logcnt) as int64 arrays of the caller's kind
 (torch in, CPU torch out; numpy or lists in, numpy out). With
 policy="deepseek" the result is DeepSeek's published algorithm exactly
-(docs/policies.md). Every bad input raises eplb.Error.
+(docs/policies.md). `estimate_load` runs only the estimator a policy
+plans from. Every bad input raises eplb.Error.
 """
 from eplb import _arrays, _eplb
 from eplb.errors import Error
 
-__all__ = ["rebalance_experts", "policies"]
+__all__ = ["rebalance_experts", "policies", "estimate_load"]
 
 
 def policies() -> list:
@@ -70,6 +71,30 @@ def rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus, *, 
                                          move_threshold=move_threshold, cluster=cluster, interval_s=interval_s,
                                          bytes_per_expert=bytes_per_expert, stall_mode=stall_mode)
     return _arrays.output(phy2log, weight), _arrays.output(log2phy, weight), _arrays.output(logcnt, weight)
+
+
+def estimate_load(window, estimator="auto"):
+    """The load a policy would plan for, from a window of per-step loads (rebalance_experts' `estimator`).
+
+    Args:
+        window: per-step expert loads [steps, layers, experts] (oldest step first), or one step
+            [layers, experts]. torch (any dtype, any device), numpy (any int or float dtype) or nested
+            lists; finite and >= 0.
+        estimator: "sum", "ema:H" (half-life H steps), "robust:Z" or "auto" (default: the ema half-life
+            of 1, 2, 4, 8 or 16 steps, or the sum, that best predicts the window's newer half from its
+            older half; fewer than 4 steps take the sum).
+
+    Returns:
+        (load [layers, experts] float64, scaled like the sum of the steps, as the caller's kind (torch
+        in, CPU torch out); the estimator applied, e.g. "ema:2" or "sum" when `auto` was asked).
+
+    Raises:
+        eplb.Error: a bad shape, a negative or NaN load, an unknown estimator.
+    """
+    if not isinstance(estimator, str):
+        raise Error(f"estimator must be 'sum', 'ema:H', 'robust:Z' or 'auto', got {estimator!r}")
+    load, applied = _eplb.estimate(_arrays.policy_loads("window", window), estimator)
+    return _arrays.output(load, window), applied
 
 
 def _place(weight, num_replicas, num_groups, num_nodes, num_gpus, *, policy, current, threads, budget,

@@ -17,7 +17,9 @@ eplb.Error (a ValueError) where vLLM would assert.
 (eplb/communicator.py), a subclass of vLLM's abstract class when vllm is importable
 (resolved on first access, since importing vLLM takes seconds).
 `plugin` (vLLM's `vllm.general_plugins` entry point), `install` and `uninstall`
-(vLLM's communicator factory): eplb/vllm_integration.py.
+(vLLM's communicator factory): eplb/vllm_integration.py. `install_window` and
+`uninstall_window` (eplb's estimators on vLLM's own per-step load window,
+which vLLM otherwise sums before the policy sees it): eplb/vllm_window.py.
 torch is needed to call these (vLLM has it); importing this module is not.
 """
 import importlib
@@ -26,10 +28,11 @@ from eplb import _arrays, _eplb
 from eplb.errors import Error
 from eplb.policy import policies, rebalance_experts
 from eplb.vllm_integration import install, plugin, uninstall
+from eplb.vllm_window import install_window, uninstall_window
 
 __all__ = ["EplbPolicy", "RelabelEplbPolicy", "IncrementalEplbPolicy", "BalancedEplbPolicy", "CostAwareEplbPolicy",
            "make_policy", "register", "preserve_intragpu_slots", "POLICY_CLASSES", "EplbCommunicator", "plugin",
-           "install", "uninstall"]
+           "install", "uninstall", "install_window", "uninstall_window"]
 
 _REGISTRY_MODULE = "vllm.distributed.eplb.policy"
 

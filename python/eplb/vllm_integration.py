@@ -10,6 +10,9 @@ Contract:
   - EPLB_VLLM_COMMUNICATOR (default unset: vLLM's communicators untouched): "all", or a comma-separated
     list of vLLM's backend names (`EPLBConfig.communicator`), makes those names produce eplb's
     communicator (install()).
+  - EPLB_VLLM_ESTIMATOR (default "sum": vLLM sums its load window, as without eplb): "auto", "ema:H" or
+    "robust:Z" makes the policy plan from that estimator over vLLM's window cut into EPLB_VLLM_WINDOW_CHUNKS
+    (default 20) chunks of consecutive steps (eplb/vllm_window.py, install_window).
   A bad value raises eplb.Error naming the variable and the accepted values; vLLM's loader lets it
   through, so vLLM stops at start-up with that message.
 - `communicator_class()`: eplb.vllm.EplbCommunicator. When vllm is importable, a subclass of vLLM's
@@ -32,6 +35,9 @@ from eplb.errors import Error
 
 POLICY_VARIABLE = "EPLB_VLLM_POLICY"
 COMMUNICATOR_VARIABLE = "EPLB_VLLM_COMMUNICATOR"
+ESTIMATOR_VARIABLE = "EPLB_VLLM_ESTIMATOR"
+CHUNKS_VARIABLE = "EPLB_VLLM_WINDOW_CHUNKS"
+DEFAULT_WINDOW_CHUNKS = 20
 #: EPLB_VLLM_POLICY's value that keeps vLLM's own DefaultEplbPolicy.
 VLLM_OWN_POLICY = "vllm"
 
@@ -56,10 +62,31 @@ def plugin() -> None:
     if communicator:
         backends = [name.strip() for name in communicator.split(",")]
         _check_backends(backends, f"{COMMUNICATOR_VARIABLE}={communicator!r}")
+    window = _window_settings()
     if policy != VLLM_OWN_POLICY:
         vllm.register(policy)
     if backends is not None:
         install(backends)
+    if window is not None:
+        vllm.install_window(*window)
+
+
+def _window_settings():
+    """(estimator, chunks) from EPLB_VLLM_ESTIMATOR and EPLB_VLLM_WINDOW_CHUNKS; None for vLLM's own sum."""
+    estimator = os.environ.get(ESTIMATOR_VARIABLE, "").strip() or "sum"
+    text = os.environ.get(CHUNKS_VARIABLE, "").strip()
+    if text and not (text.isdigit() and int(text) >= 1):
+        raise Error(f"{CHUNKS_VARIABLE}={text!r} must be a positive integer (unset means {DEFAULT_WINDOW_CHUNKS})")
+    chunks = int(text) if text else DEFAULT_WINDOW_CHUNKS
+    if estimator == "sum":
+        return None
+    from eplb.policy import estimate_load
+
+    try:
+        estimate_load([[[0.0]]], estimator)
+    except Error as bad:
+        raise Error(f"{ESTIMATOR_VARIABLE}={estimator!r}: {bad} (unset or 'sum' keeps vLLM's window sum)") from None
+    return estimator, chunks
 
 
 def communicator_class() -> type:

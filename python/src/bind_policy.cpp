@@ -1,5 +1,6 @@
 // Policies: place() runs one policy by name, with the GIL released while the
-// estimator and the policy run (other Python threads keep going).
+// estimator and the policy run (other Python threads keep going); estimate()
+// runs only the estimator.
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -131,10 +132,10 @@ std::optional<Topology> in_place_topology(const py::array& weight, const PlaceAr
 
 // The weight as a trace: C-order float32 converts straight into it, any
 // other array through a float64 array first.
-LoadTrace trace_of_weight(const py::array& weight) {
+LoadTrace trace_of_weight(const py::array& weight, const char* name = "weight") {
   if (py::isinstance<Float32Array>(weight) && (weight.flags() & py::array::c_style))
-    return trace_from_array(weight.cast<Float32Array>(), "weight");
-  return trace_from_array(weight.cast<DoubleArray>(), "weight");
+    return trace_from_array(weight.cast<Float32Array>(), name);
+  return trace_from_array(weight.cast<DoubleArray>(), name);
 }
 
 // Returns (phy2log [L][R], log2phy [L][E][max replicas], logcnt [L][E], policy seconds).
@@ -170,6 +171,24 @@ py::tuple place(const py::array& weight, const PlaceArguments& arguments, const 
        {placement.log2phy_data(), {topology.num_layers, topology.num_experts, placement.max_replicas()}},
        {placement.logcnt_data(), {topology.num_layers, topology.num_experts}}});
   return py::make_tuple(arrays[0], arrays[1], arrays[2], seconds);
+}
+
+// The estimator's load for a window [S][L][E] (or one step [L][E]):
+// (float64 [L][E], the estimator applied: `auto` resolved to ema:H or sum).
+py::tuple estimate(const py::array& window, const std::string& text) {
+  LoadTrace trace = trace_of_weight(window, "window");
+  const Estimator asked = value_or_throw(parse_estimator(text));
+  Result<Estimator> applied = Status(Code::Internal, "the estimator did not run");
+  Result<LoadMatrix> load = Status(Code::Internal, "the estimator did not run");
+  {
+    py::gil_scoped_release release;
+    applied = resolve_estimator(trace, 0, trace.num_steps, asked);
+    load = applied.is_ok() ? estimate_load(trace, 0, trace.num_steps, *applied) : Result<LoadMatrix>(applied.status());
+  }
+  const LoadMatrix& matrix = value_or_throw(std::move(load));
+  py::array_t<double> out({py::ssize_t(matrix.num_layers), py::ssize_t(matrix.num_experts)});
+  std::copy(matrix.values.begin(), matrix.values.end(), out.mutable_data());
+  return py::make_tuple(out, applied->to_string());
 }
 
 // SGLang's deepseek_vec or deepseek_torch (eplb/deepseek_vec.h) over tokens
@@ -227,6 +246,9 @@ void bind_policy(py::module_& module) {
         "SGLang's algorithm (deepseek_vec, or deepseek in torch's tie order): (phy2log, log2phy, logcnt, policy "
         "seconds). Releases the GIL while it runs.");
   module.def("policy_names", &policy_names, "Names of the placement policies.");
+  module.def("estimate", &estimate, py::arg("window"), py::arg("estimator"),
+             "A window's load through an estimator: (float64 [layers][experts], the estimator applied). "
+             "Releases the GIL while it runs.");
   module.def(
       "place",
       [](const py::array& weight, int num_slots, int num_groups, int num_nodes, int num_ranks,

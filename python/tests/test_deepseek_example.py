@@ -1,4 +1,6 @@
-"""DeepSeek's published worked example, exactly, through every input kind."""
+"""DeepSeek's published worked example, exactly, through every input kind; windows, estimators, estimate_load."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -70,3 +72,35 @@ def test_auto_estimator_follows_drift_and_keeps_the_sum_without_it():
     assert by_auto[2][0, 8] > by_sum[2][0, 8]  # planned for what expert 8 carries now
     for got, expected in zip(by_auto, eplb.rebalance_experts(rising, *counts, estimator="ema:1")):
         assert (got == expected).all()
+
+
+def test_estimate_load_is_the_load_the_policy_plans_from():
+    """eplb.estimate_load: the estimator alone, with the estimator it applied (auto resolved)."""
+    rng = np.random.default_rng(5)
+    rising = rng.poisson(100, size=(16, 2, 16)).astype(np.float64)
+    rising[:, :, 8] += np.linspace(0, 3000, 16)[:, None]
+    load, applied = eplb.estimate_load(rising)  # auto by default
+    assert applied == "ema:1" and load.dtype == np.float64 and load.shape == (2, 16)
+    ema1 = np.array([2.0 ** (step - 15) for step in range(16)])  # newest step weight 1, halving per step
+    np.testing.assert_allclose(load, np.einsum("s,sle->le", ema1, rising) * 16 / ema1.sum(), rtol=1e-12)
+    counts = (24, 1, 1, 8)
+    for got, expected in zip(eplb.rebalance_experts(load, *counts), eplb.rebalance_experts(rising, *counts,
+                                                                                              estimator="auto")):
+        assert (got == expected).all()
+    summed, applied = eplb.estimate_load(torch.tensor(rising, dtype=torch.int64), "sum")
+    assert applied == "sum" and isinstance(summed, torch.Tensor) and summed.dtype == torch.float64
+    assert torch.equal(summed, torch.tensor(rising.sum(axis=0)))
+    steady = np.repeat(rising[:1], 16, axis=0)
+    assert eplb.estimate_load(steady)[1] == "sum"  # no drift: auto keeps the sum
+    assert eplb.estimate_load(rising[0])[1] == "sum"  # one step [layers, experts]
+
+
+@pytest.mark.parametrize("window, estimator, message", [
+    (np.ones((4, 2, 3)), "bogus", "unknown estimator 'bogus'"),
+    (np.ones((4, 2, 3)), None, "estimator must be"),
+    (-np.ones((4, 2, 3)), "auto", "window[0][0][0] = -1"),
+    (np.ones((2, 2, 2, 2)), "sum", "window"),
+])
+def test_estimate_load_refuses_bad_input_by_name(window, estimator, message):
+    with pytest.raises(eplb.Error, match=re.escape(message)):
+        eplb.estimate_load(window, estimator)

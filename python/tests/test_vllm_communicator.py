@@ -118,6 +118,22 @@ def test_vllms_eplb_state_gets_eplbs_policy_and_communicator(two):
         assert state["committed"] and state["equals_vllm_default"], state
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_vllms_own_rearrange_plans_from_eplbs_estimate_over_its_window(two, mode):
+    """eplb.vllm.install_window inside vLLM's sync EplbState.rearrange: the policy receives eplb.estimate_load of
+    the all-reduced window cut into chunks in time order (a drifting expert: auto picks an ema), and the weights
+    move byte-exact; after uninstall_window, vLLM's own window sum reaches the policy again. Async (vLLM's
+    default): the estimate reaches the async worker's policy call; sync: the policy call inside rearrange."""
+    outcomes = [ok(outcome[f"window {mode}"]) for outcome in two]
+    for rank, outcome in enumerate(outcomes):
+        assert outcome["calls"] == 2, (rank, outcome)
+        assert outcome["applied"].startswith("ema:") and outcome["estimate_is_not_the_sum"], (rank, outcome)
+        assert outcome["estimate_received"] and outcome["vllm_sum_received"], (rank, outcome)
+        assert outcome["changed_slots"] > 0, (rank, outcome)
+        assert outcome["wrong_after_estimate"] == [] and outcome["wrong_after_sum"] == [], (rank, outcome)
+    assert len({outcome["applied"] for outcome in outcomes}) == 1
+
+
 def test_add_send_of_an_expert_not_held_raises_on_every_rank_and_the_next_execute_works(two):
     for rank, outcome in enumerate(two):
         result = ok(outcome["bad add_send"])

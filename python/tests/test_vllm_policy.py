@@ -74,6 +74,14 @@ def test_bad_values_are_refused_clearly_and_other_values_select():
     assert bad.startswith("Error: EPLB_VLLM_COMMUNICATOR='torch_gloo, eplb': 'eplb' is not an EPLB communicator "
                           "backend of vLLM: use 'all' or names among torch_nccl, torch_gloo"), bad
     assert found["deepseek|all"] == "eplb.vllm.EplbPolicy:deepseek" and found["installed_by_all"] is True
+    assert found["window bogus|"] == ("Error: EPLB_VLLM_ESTIMATOR='bogus': unknown estimator 'bogus' (expected sum, "
+                                      "ema:HALF_LIFE, robust:Z or auto) (unset or 'sum' keeps vLLM's window sum)")
+    for chunks in ("0", "x"):
+        assert found[f"window auto|{chunks}"] == (f"Error: EPLB_VLLM_WINDOW_CHUNKS='{chunks}' must be a positive "
+                                                  "integer (unset means 20)")
+    assert found["window sum|"] == "vllm's" and found["uninstalled sum|"] is False
+    assert found["window auto|"] == "wrapped" and found["uninstalled auto|"] is True
+    assert found["window ema:4|8"] == "wrapped" and found["restored"] is True
 
 
 def test_register_needs_a_known_policy():

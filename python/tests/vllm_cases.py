@@ -9,6 +9,7 @@ JSON-able dict of what it saw; the tests assert on it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -349,48 +350,62 @@ def tie_free_loads(rng: np.random.Generator, layers: int, experts: int, groups: 
     return np.array(rows, dtype=np.int64)
 
 
-def vllm_state(rank: int, world: int) -> dict:
-    """vLLM's EplbState on CPU, gloo: the plugin (loaded by vLLM's load_general_plugins from the environment
-    the test set) selects eplb's policy and communicator; vLLM's run_rebalance_experts calls the policy,
-    rearrange_expert_weights_inplace moves the weights through eplb's communicator, _commit_eplb_maps."""
+@contextlib.contextmanager
+def cpu_eplb_state(rank: int, world: int, **eplb_options):
+    """vLLM's EplbState on CPU, gloo, with TinyMoE added (4 layers, 16 logical + 4 redundant experts, 4 groups):
+    the plugin (loaded by vLLM's load_general_plugins from the environment the test set) selects eplb's policy
+    and communicator. Yields (state, model_state, model); the model-parallel groups are destroyed after."""
     from vllm.config import EPLBConfig, ParallelConfig, VllmConfig, set_current_vllm_config
     from vllm.distributed.eplb import eplb_state
-    from vllm.distributed.eplb.async_worker import run_rebalance_experts
-    from vllm.distributed.eplb.eplb_communicator import EplbCommunicator as VllmCommunicator
-    from vllm.distributed.eplb.policy import EPLB_POLICIES, DefaultEplbPolicy
-    from vllm.distributed.eplb.rebalance_execute import rearrange_expert_weights_inplace
-    from vllm.distributed.parallel_state import (destroy_model_parallel, get_ep_group, init_distributed_environment,
+    from vllm.distributed.parallel_state import (destroy_model_parallel, init_distributed_environment,
                                                  initialize_model_parallel)
     from vllm.plugins import load_general_plugins
 
-    import eplb.vllm
-
     load_general_plugins()
     parallel = ParallelConfig(tensor_parallel_size=world, enable_expert_parallel=True,
-                              eplb_config=EPLBConfig(communicator="torch_gloo"))
+                              eplb_config=EPLBConfig(communicator="torch_gloo", **eplb_options))
     config = VllmConfig(parallel_config=parallel)
     # vLLM refuses EPLB on a CPU platform ("only supported on CUDA devices or ROCm devices or XPU devices") when
     # it validates the config; set after validation, the flag makes initialize_model_parallel form the EPLB group.
     config.parallel_config.enable_eplb = True
     layers, logical, redundant, groups = 4, 16, 4, 4
-    local = (logical + redundant) // world
     with set_current_vllm_config(config):
         init_distributed_environment(world, rank, "env://", rank, "gloo")  # over the test's gloo group
         initialize_model_parallel(tensor_model_parallel_size=world)
-        state = eplb_state.EplbState(config.parallel_config, torch.device("cpu"))
-        model = TinyMoE(layers, logical, redundant, local, groups, rank)
-        state.add_model(model, TinyModelConfig(), model_name="tiny-moe")
-        model_state = state.model_states["tiny-moe"]
+        try:
+            state = eplb_state.EplbState(config.parallel_config, torch.device("cpu"))
+            model = TinyMoE(layers, logical, redundant, (logical + redundant) // world, groups, rank)
+            state.add_model(model, TinyModelConfig(), model_name="tiny-moe")
+            yield state, state.model_states["tiny-moe"], model
+        finally:
+            destroy_model_parallel()
+
+
+def vllm_state(rank: int, world: int) -> dict:
+    """vLLM's run_rebalance_experts calls eplb's policy, rearrange_expert_weights_inplace moves the weights
+    through eplb's communicator, _commit_eplb_maps (cpu_eplb_state)."""
+    from vllm.distributed.eplb import eplb_state
+    from vllm.distributed.eplb.async_worker import run_rebalance_experts
+    from vllm.distributed.eplb.eplb_communicator import EplbCommunicator as VllmCommunicator
+    from vllm.distributed.eplb.policy import EPLB_POLICIES, DefaultEplbPolicy
+    from vllm.distributed.eplb.rebalance_execute import rearrange_expert_weights_inplace
+    from vllm.distributed.parallel_state import get_ep_group
+
+    import eplb.vllm
+
+    with cpu_eplb_state(rank, world) as (state, model_state, model):
+        layers, logical = model.num_moe_layers, model.num_logical_experts
+        physical, groups, local = model.num_physical_experts, model.num_expert_groups, model.num_local_physical_experts
         load = torch.from_numpy(tie_free_loads(np.random.default_rng(11), layers, logical, groups))
-        model_state.eplb_stats = eplb_state.EplbStats(load, logical + redundant, groups, 1, world)
+        model_state.eplb_stats = eplb_state.EplbStats(load, physical, groups, 1, world)
         old = model_state.physical_to_logical_map.cpu().clone()
         new = run_rebalance_experts(model_state, state, old, None)
         rearrange_expert_weights_inplace(model_state.physical_to_logical_map, new, model.expert_weights,
                                          model_state.expert_buffer, get_ep_group().device_group,
                                          model_state.communicator)
         eplb_state._commit_eplb_maps(model_state, new)
-        vllm_answer = DefaultEplbPolicy.rebalance_experts(load, logical + redundant, groups, 1, world, old)
-        outcome = {
+        vllm_answer = DefaultEplbPolicy.rebalance_experts(load, physical, groups, 1, world, old)
+        return {
             "registry_default": f"{EPLB_POLICIES['default'].__module__}.{EPLB_POLICIES['default'].__qualname__}",
             "state_policy_is_eplb": issubclass(state.policy, eplb.vllm.EplbPolicy),
             "state_policy_name": getattr(state.policy, "policy", None),
@@ -403,8 +418,127 @@ def vllm_state(rank: int, world: int) -> dict:
             "committed": torch.equal(model_state.physical_to_logical_map, new),
             "equals_vllm_default": torch.equal(new, vllm_answer),
         }
-        destroy_model_parallel()
-    return outcome
+
+
+class CpuEvent:
+    """Stands in for torch.Event, which needs a CUDA driver, in vLLM's rearrange: the timing log of the sync path,
+    the event that hands the async path to its worker (ordering the device's stream: nothing to order on CPU)."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, *args):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other) -> float:
+        return 0.0
+
+    def wait(self, *args):
+        pass
+
+
+# vLLM's window (42 steps: eplb's 8 chunks of 5 drop the 2 oldest), eplb's chunks, the slot vLLM writes next.
+WINDOW_STEPS, WINDOW_CHUNKS, WINDOW_NEXT = 42, 8, 13
+
+
+def window_load(rank: int, time: int, layer: int, logical: int) -> int:
+    """What rank `rank` records for one replica of `logical` at step `time` (0 = oldest) of the window: a steady
+    load, except expert 5 + layer, whose load rises step by step (drift)."""
+    rising = 60 * time if logical == 5 + layer else 0
+    return 100 + 7 * ((3 * logical + layer) % 11) + 3 * rank + rising
+
+
+def vllm_window(rank: int, world: int, use_async: bool) -> dict:
+    """vLLM's own EplbState.rearrange with eplb.vllm.install_window: the policy receives eplb's estimate over the
+    chunked, time-ordered, all-reduced window; then vLLM's window sum again after uninstall_window. Async (vLLM's
+    default): rearrange hands the load to the async worker's run_rebalance_experts, called here as the worker
+    would, which moves the weights layer by layer like rearrange_expert_weights_inplace; sync: inside rearrange."""
+    import eplb
+    import eplb.vllm
+
+    with cpu_eplb_state(rank, world, window_size=WINDOW_STEPS, use_async=use_async) as (state, model_state, model):
+        seen = []
+
+        class Recording(state.policy):
+            @classmethod
+            def rebalance_experts(cls, weight, *args, **kwargs):
+                seen.append(weight.clone())
+                return super().rebalance_experts(weight, *args, **kwargs)
+
+        state.policy = Recording
+        old = model_state.physical_to_logical_map.clone()
+        fill_window(model_state.expert_load_window, old, rank)
+        state.expert_load_window_step = WINDOW_NEXT
+        real_event = torch.Event
+        torch.Event = CpuEvent
+        try:
+            eplb.vllm.install_window("auto", WINDOW_CHUNKS)
+            try:
+                wrong_after_estimate = window_rearrange(state, model_state, model, rank)
+            finally:
+                eplb.vllm.uninstall_window()
+            new = model_state.physical_to_logical_map.clone()
+            wrong_after_sum = window_rearrange(state, model_state, model, rank)  # vLLM's path, the map now in force
+        finally:
+            torch.Event = real_event
+        chunked = expected_window(world, old, old, model.num_logical_experts, WINDOW_CHUNKS)
+        estimate, applied = eplb.estimate_load(torch.from_numpy(chunked), "auto")
+        vllm_sum = expected_window(world, old, new, model.num_logical_experts, 1)[0]
+        return {"applied": applied, "calls": len(seen),
+                "estimate_received": torch.equal(seen[0], estimate),
+                "vllm_sum_received": torch.equal(seen[1].double(), torch.from_numpy(vllm_sum).double()),
+                "estimate_is_not_the_sum": not torch.allclose(estimate, torch.from_numpy(chunked.sum(axis=0)).double()),
+                "changed_slots": int((new != old).sum()),
+                "wrong_after_estimate": wrong_after_estimate, "wrong_after_sum": wrong_after_sum}
+
+
+def fill_window(window: torch.Tensor, phy2log: torch.Tensor, rank: int) -> None:
+    """This rank's window_load in vLLM's circular order: step `time` (0 = oldest) in slot WINDOW_NEXT + time."""
+    layers, physical = phy2log.shape
+    for time in range(WINDOW_STEPS):
+        slot = (WINDOW_NEXT + time) % WINDOW_STEPS
+        for layer in range(layers):
+            for p in range(physical):
+                window[slot, layer, p] = window_load(rank, time, layer, int(phy2log[layer, p]))
+
+
+def window_rearrange(state, model_state, model, rank: int) -> list:
+    """One EplbState.rearrange() (for async, then what vLLM's async worker does: consume the event, run the
+    policy, move the weights, commit the maps); the rows that are wrong afterwards."""
+    from vllm.distributed.eplb import eplb_state
+    from vllm.distributed.eplb.async_worker import run_rebalance_experts
+    from vllm.distributed.eplb.rebalance_execute import rearrange_expert_weights_inplace
+    from vllm.distributed.parallel_state import get_ep_group
+
+    state.rearrange()
+    if state.is_async:
+        state.rearrange_event.wait()
+        old = model_state.physical_to_logical_map.cpu().clone()
+        new = run_rebalance_experts(model_state, state, old, None)
+        rearrange_expert_weights_inplace(old, new, model.expert_weights, model_state.expert_buffer,
+                                         get_ep_group().device_group, model_state.communicator)
+        eplb_state._commit_eplb_maps(model_state, new)
+    return wrong_rows(model.expert_weights, model_state.physical_to_logical_map, model.num_local_physical_experts,
+                      rank)
+
+
+def expected_window(world: int, recorded: torch.Tensor, mapped: torch.Tensor, logical: int,
+                    chunks: int) -> np.ndarray:
+    """The all-reduced logical window in `chunks` chunks, by plain loops over window_load: slot p recorded the
+    load of expert recorded[layer, p] and is counted for expert mapped[layer, p] (vLLM's map at rearrange)."""
+    layers, physical = recorded.shape
+    size = WINDOW_STEPS // chunks
+    first = WINDOW_STEPS - chunks * size  # the oldest steps that fill no whole chunk are dropped
+    out = np.zeros((chunks, layers, logical), dtype=np.int64)
+    for time in range(first, WINDOW_STEPS):
+        for layer in range(layers):
+            for p in range(physical):
+                load = sum(window_load(r, time, layer, int(recorded[layer, p])) for r in range(world))
+                out[(time - first) // size, layer, int(mapped[layer, p])] += load
+    return out
 
 
 def step(function, *args):
@@ -420,7 +554,8 @@ def step(function, *args):
 def two_ranks(rank: int, world: int) -> dict:
     """vLLM's EplbState, the 2-rank shapes through vLLM's paths, a corrupted row, then issue 29 item 4."""
     shapes = [shape for shape in SHAPES if shape[0] == world]
-    return {"state": step(vllm_state, rank, world),
+    return {"state": step(vllm_state, rank, world), "window async": step(vllm_window, rank, world, True),
+            "window sync": step(vllm_window, rank, world, False),
             "paths": {str(shape): step(rearrange_paths, rank, world, shape) for shape in shapes},
             "corrupt": step(corrupted_row, rank, world, shapes[-1]),
             "corrupt retried": step(corrupted_then_retried, rank, world, shapes[-1]),

@@ -120,6 +120,30 @@ def bad_values_mode() -> dict:
         except eplb.Error as failure:
             out[f"{policy}|{communicator}"] = f"{type(failure).__name__}: {failure}"
     out["installed_by_all"] = eplb.vllm.uninstall()
+    out.update(window_values())
+    return out
+
+
+def window_values() -> dict:
+    """EPLB_VLLM_ESTIMATOR / EPLB_VLLM_WINDOW_CHUNKS through the plugin: bad values named, 'auto' wraps
+    vLLM's EplbState.rearrange, 'sum' leaves it."""
+    import eplb
+    import eplb.vllm
+    from vllm.distributed.eplb.eplb_state import EplbState
+
+    vllms = EplbState.rearrange
+    out = {}
+    os.environ["EPLB_VLLM_POLICY"], os.environ["EPLB_VLLM_COMMUNICATOR"] = "deepseek", ""
+    for estimator, chunks in (("bogus", ""), ("auto", "0"), ("auto", "x"), ("sum", ""), ("auto", ""),
+                              ("ema:4", "8")):
+        os.environ["EPLB_VLLM_ESTIMATOR"], os.environ["EPLB_VLLM_WINDOW_CHUNKS"] = estimator, chunks
+        try:
+            eplb.vllm.plugin()
+            out[f"window {estimator}|{chunks}"] = "wrapped" if EplbState.rearrange is not vllms else "vllm's"
+        except eplb.Error as failure:
+            out[f"window {estimator}|{chunks}"] = f"{type(failure).__name__}: {failure}"
+        out[f"uninstalled {estimator}|{chunks}"] = eplb.vllm.uninstall_window()
+    out["restored"] = EplbState.rearrange is vllms
     return out
 
 

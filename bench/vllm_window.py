@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""What eplb.vllm.install_window changes for vLLM's policy: planning from `auto` over a chunked window vs the sum.
+"""What eplb.vllm.install_window changes for vLLM's policy: `auto` over a chunked window vs the window sum.
 
 Usage: bench/vllm_window.py [--eplb build/eplb] [--trace t.npy] [--seed 1] [--drift D] [--policy deepseek]
 
 vLLM keeps the last `window` steps of per-expert load and plans from their sum; with install_window the
 policy plans from eplb.estimate_load(window cut into `chunks` chunks, "auto") instead (docs/python.md).
 This replays that on a trace (default: the standard trace, `eplb gen-load --preset deepseek-v3 --dist
-lognormal --steps 400 --seed 1`; `--drift 0`: its popularity does not drift, the control), DeepSeek-V3's shape on 4 hosts x 8 ranks (288 slots): a rebalance every
-20 steps from step 100 on, each planned from the `window` steps before it, and scored by the
-balancedness (mean over layers of mean/max rank load) of its placement on the next 20 steps. Every
-rebalance plans from scratch with `--policy` (vLLM's default runs deepseek). Deterministic: one run
-gives every figure. Rows: the window sum (vLLM's own), then auto over chunks for several (window,
-chunks); columns: mean next-window balancedness, the paired ratio to the sum of the same window
-(median, min-max over the rebalances), and what auto chose.
+lognormal --steps 400 --seed 1`; `--drift 0`: its popularity does not drift, the control),
+DeepSeek-V3's shape on 4 hosts x 8 ranks (288 slots): a rebalance every 20 steps from step 100 on, each
+planned from the `window` steps before it, and scored by the balancedness (mean over layers of mean/max
+rank load) of its placement on the next 20 steps. Every rebalance plans from scratch with `--policy`
+(vLLM's default runs deepseek). Deterministic: one run per trace gives its rows. One row per (window,
+chunks): mean next-window balancedness planning from the window's sum (vLLM's own) and from auto over
+its chunks, their paired ratio (median, min-max over the rebalances), and what auto chose.
 """
 import argparse
 import os
@@ -42,6 +42,7 @@ def rows_for(trace, window, chunks, policy):
         upcoming = trace[step:step + NEXT].sum(axis=0)
         chunked = steps.reshape(chunks, window // chunks, *steps.shape[1:]).sum(axis=1)
         estimate, applied = eplb.estimate_load(chunked, "auto")
+        estimate = np.round(estimate)  # as install_window hands it to vLLM (vLLM's integer dtype)
         sums.append(plan_score(steps.sum(axis=0), upcoming, policy))
         autos.append(plan_score(estimate, upcoming, policy))
         chosen.append(applied)

@@ -49,7 +49,8 @@ _installed = None  # the factory install() put in its place
 
 
 def plugin() -> None:
-    """vLLM's general plugin: selects eplb's policy and, if asked, its communicator (module docstring)."""
+    """vLLM's general plugin: selects eplb's policy and, if asked, its communicator and the estimator over vLLM's
+    load window (module docstring)."""
     from eplb import vllm
 
     policy = os.environ.get(POLICY_VARIABLE, "") or "deepseek"
@@ -75,7 +76,7 @@ def _window_settings():
     """(estimator, chunks) from EPLB_VLLM_ESTIMATOR and EPLB_VLLM_WINDOW_CHUNKS; None for vLLM's own sum."""
     estimator = os.environ.get(ESTIMATOR_VARIABLE, "").strip() or "sum"
     text = os.environ.get(CHUNKS_VARIABLE, "").strip()
-    if text and not (text.isdigit() and int(text) >= 1):
+    if text and not (text.isascii() and text.isdecimal() and int(text) >= 1):
         raise Error(f"{CHUNKS_VARIABLE}={text!r} must be a positive integer (unset means {DEFAULT_WINDOW_CHUNKS})")
     chunks = int(text) if text else DEFAULT_WINDOW_CHUNKS
     if estimator == "sum":

@@ -11,7 +11,9 @@ Contract:
   length (the oldest `window_size % chunks` steps dropped), all-reduced over the EP group, then
   `eplb.estimate_load(chunks, estimator)`: each chunk is one step of the estimator (ema:H: H chunks).
   The policy, vLLM's skip-rearrange check and `last_expert_load` all receive that estimate, [layers,
-  logical experts] float64 on the window's device, scaled like a sum (as vLLM's own is).
+  logical experts], scaled like a sum and rounded to vLLM's own dtype and device (int64 on the window's
+  device), so later all-reduces of `last_expert_load` (elastic scale-up) match a fresh rank's. Each
+  rearrangement makes one host round trip for the estimate (inside vLLM's gpu_sync_allowed).
 - Profile runs and `use_last_expert_load` rearranges keep vLLM's path untouched.
 - Every rank must install the same estimator and chunks (the plugin does, from the environment every vLLM
   process inherits): the ranks' all-reduces must match. Windows are aligned by each rank's own position
@@ -27,6 +29,7 @@ import logging
 
 import numpy as np
 
+from eplb import _arrays
 from eplb.errors import Error
 
 _STATE_MODULE = "vllm.distributed.eplb.eplb_state"
@@ -39,14 +42,21 @@ def chunked_logical_window(window, physical_to_logical, next_step: int, num_logi
 
     `next_step` is the slot vLLM writes next (its oldest step); slots of `physical_to_logical` [L, physical]
     holding -1 are dropped; the oldest W % chunks steps are dropped so that every chunk has W // chunks steps.
+    Each chunk is summed from at most two slices of the window in place (no copy of the window).
     """
     import torch
 
     steps, layers, physical = window.shape
     count = min(chunks, steps)
     size = steps // count
-    ordered = torch.roll(window, shifts=-int(next_step), dims=0)[steps - count * size:]
-    per_chunk = ordered.reshape(count, size, layers, physical).sum(dim=1, dtype=torch.int64)
+    first = steps - count * size  # the oldest steps that fill no whole chunk
+    per_chunk = torch.empty(count, layers, physical, dtype=torch.int64, device=window.device)
+    for chunk in range(count):
+        start = (int(next_step) + first + chunk * size) % steps
+        end = start + size
+        torch.sum(window[start:min(end, steps)], dim=0, dtype=torch.int64, out=per_chunk[chunk])
+        if end > steps:  # the chunk wraps around the circular window
+            per_chunk[chunk] += window[:end - steps].sum(dim=0, dtype=torch.int64)
     index = physical_to_logical.masked_fill(physical_to_logical < 0, num_logical).long()
     logical = torch.zeros(count, layers, num_logical + 1, dtype=torch.int64, device=window.device)
     logical.scatter_add_(-1, index.unsqueeze(0).expand_as(per_chunk), per_chunk)
@@ -67,7 +77,7 @@ def install_window(estimator: str = "auto", chunks: int = 20) -> None:
         ModuleNotFoundError: vllm is not installed.
     """
     global _vllm_rearrange
-    _check(estimator, chunks)
+    chunks = _check(estimator, chunks)
     state_class = importlib.import_module(_STATE_MODULE).EplbState
     if _vllm_rearrange is None:
         _vllm_rearrange = state_class.rearrange
@@ -96,21 +106,23 @@ def uninstall_window() -> bool:
     return True
 
 
-def _check(estimator, chunks) -> None:
+def _check(estimator, chunks) -> int:
     from eplb.policy import estimate_load
 
     if not isinstance(estimator, str) or estimator == "sum":
         raise Error(f"estimator must be 'auto', 'ema:H' or 'robust:Z' (vLLM's own window sum needs no "
                     f"install), got {estimator!r}")
     estimate_load(np.zeros((1, 1, 1)), estimator)  # an unknown name raises eplb.Error with the accepted ones
-    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-        raise Error(f"chunks must be a positive integer, got {chunks!r}")
+    return _arrays.count("chunks", chunks)
 
 
 def _estimated_windows(state, estimator: str, chunks: int, summed: list) -> list:
-    """In place of EplbState._allreduce_list(summed): each model's chunked window, all-reduced, estimated."""
+    """In place of EplbState._allreduce_list(summed): each model's chunked window, all-reduced, estimated, in the
+    dtype and on the device of vLLM's own sum (int64: every rank's later all-reduces of `last_expert_load`,
+    elastic scale-up's included, must match a fresh rank's)."""
     import torch.distributed as dist
     from vllm.distributed.parallel_state import get_ep_group
+    from vllm.utils.gpu_sync_debug import gpu_sync_allowed
 
     from eplb.policy import estimate_load
 
@@ -125,9 +137,10 @@ def _estimated_windows(state, estimator: str, chunks: int, summed: list) -> list
                                         state.expert_load_window_step, model_state.model.num_logical_experts,
                                         chunks)
         dist.all_reduce(window, group=group)
-        load, applied = estimate_load(window.cpu(), estimator)
+        with gpu_sync_allowed():  # one host round trip per rearrangement, as vLLM's own policy call makes
+            load, applied = estimate_load(window.cpu(), estimator)
+            estimates.append(load.round().to(device=vllm_sum.device, dtype=vllm_sum.dtype))
         if group.rank() == 0:
             logger.info("eplb: %s planned from %s over %d chunks of its load window (%s)",
                         model_state.model_name, applied, window.shape[0], estimator)
-        estimates.append(load.to(vllm_sum.device))
     return estimates

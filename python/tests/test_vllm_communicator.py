@@ -122,13 +122,17 @@ def test_vllms_eplb_state_gets_eplbs_policy_and_communicator(two):
 def test_vllms_own_rearrange_plans_from_eplbs_estimate_over_its_window(two, mode):
     """eplb.vllm.install_window inside vLLM's sync EplbState.rearrange: the policy receives eplb.estimate_load of
     the all-reduced window cut into chunks in time order (a drifting expert: auto picks an ema), and the weights
-    move byte-exact; after uninstall_window, vLLM's own window sum reaches the policy again. Async (vLLM's
+    move byte-exact; after uninstall_window, vLLM's own window sum reaches the policy again; an estimator that
+    raises reaches rearrange's caller and leaves nothing shadowed. Async (vLLM's
     default): the estimate reaches the async worker's policy call; sync: the policy call inside rearrange."""
     outcomes = [ok(outcome[f"window {mode}"]) for outcome in two]
     for rank, outcome in enumerate(outcomes):
         assert outcome["calls"] == 2, (rank, outcome)
-        assert outcome["applied"].startswith("ema:") and outcome["estimate_is_not_the_sum"], (rank, outcome)
+        assert outcome["applied"] == "ema:1" and outcome["estimate_is_not_the_sum"], (rank, outcome)
         assert outcome["estimate_received"] and outcome["vllm_sum_received"], (rank, outcome)
+        # vLLM's own dtype (int64), so elastic scale-up's all-reduce of last_expert_load matches a fresh rank's
+        assert outcome["last_expert_load_is_the_estimate"] and outcome["dtypes"] == ["torch.int64"] * 3, outcome
+        assert outcome["failure_raised"] == "injected estimator failure" and not outcome["shadow_left"], outcome
         assert outcome["changed_slots"] > 0, (rank, outcome)
         assert outcome["wrong_after_estimate"] == [] and outcome["wrong_after_sum"] == [], (rank, outcome)
     assert len({outcome["applied"] for outcome in outcomes}) == 1

@@ -76,7 +76,7 @@ def test_bad_values_are_refused_clearly_and_other_values_select():
     assert found["deepseek|all"] == "eplb.vllm.EplbPolicy:deepseek" and found["installed_by_all"] is True
     assert found["window bogus|"] == ("Error: EPLB_VLLM_ESTIMATOR='bogus': unknown estimator 'bogus' (expected sum, "
                                       "ema:HALF_LIFE, robust:Z or auto) (unset or 'sum' keeps vLLM's window sum)")
-    for chunks in ("0", "x"):
+    for chunks in ("0", "x", "\u00b2"):  # superscript two: a digit to str.isdigit, not a number
         assert found[f"window auto|{chunks}"] == (f"Error: EPLB_VLLM_WINDOW_CHUNKS='{chunks}' must be a positive "
                                                   "integer (unset means 20)")
     assert found["window sum|"] == "vllm's" and found["uninstalled sum|"] is False

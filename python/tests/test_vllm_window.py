@@ -3,6 +3,8 @@
 chunked_logical_window is compared with plain loops: time order from vLLM's next write slot, the oldest
 W % chunks steps dropped, physical slots summed into their logical expert, slots holding -1 dropped.
 """
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -39,6 +41,12 @@ def test_chunks_follow_time_order_and_logical_experts(steps, chunks, next_step):
     np.testing.assert_array_equal(got.numpy(), by_loops(window, phy2log, next_step, logical, chunks))
 
 
+def test_a_numpy_chunk_count_works():
+    window = torch.arange(12, dtype=torch.int32).reshape(6, 1, 2)
+    got = chunked_logical_window(window, torch.tensor([[1, 0]]), 0, 2, np.int64(3))
+    assert got.tolist() == [[[1 + 3, 0 + 2]], [[5 + 7, 4 + 6]], [[9 + 11, 8 + 10]]]
+
+
 def test_the_newest_chunk_is_last():
     window = torch.zeros(10, 1, 2, dtype=torch.int32)
     window[6, 0, 1] = 5  # vLLM writes slot 7 next: slot 6 is the newest step
@@ -50,9 +58,9 @@ def test_the_newest_chunk_is_last():
     ("sum", 20, "vLLM's own window sum needs no install"),
     ("bogus", 20, "unknown estimator 'bogus'"),
     (None, 20, "estimator must be"),
-    ("auto", 0, "chunks must be a positive integer, got 0"),
-    ("auto", 2.5, "chunks must be a positive integer, got 2.5"),
-    ("auto", True, "chunks must be a positive integer, got True"),
+    ("auto", 0, re.escape("chunks must be in [1, 1073741824], got 0")),
+    ("auto", 2.5, "chunks must be an integer, got 2.5"),
+    ("auto", True, "chunks must be an integer, got True"),
 ])
 def test_install_window_refuses_bad_values_before_touching_vllm(estimator, chunks, message):
     with pytest.raises(eplb.Error, match=message):

@@ -481,18 +481,47 @@ def vllm_window(rank: int, world: int, use_async: bool) -> dict:
             finally:
                 eplb.vllm.uninstall_window()
             new = model_state.physical_to_logical_map.clone()
+            last_load = model_state.last_expert_load.clone()
             wrong_after_sum = window_rearrange(state, model_state, model, rank)  # vLLM's path, the map now in force
+            failure = failing_estimate(state)
         finally:
             torch.Event = real_event
         chunked = expected_window(world, old, old, model.num_logical_experts, WINDOW_CHUNKS)
         estimate, applied = eplb.estimate_load(torch.from_numpy(chunked), "auto")
-        vllm_sum = expected_window(world, old, new, model.num_logical_experts, 1)[0]
+        vllm_sum = torch.from_numpy(expected_window(world, old, new, model.num_logical_experts, 1)[0])
         return {"applied": applied, "calls": len(seen),
-                "estimate_received": torch.equal(seen[0], estimate),
-                "vllm_sum_received": torch.equal(seen[1].double(), torch.from_numpy(vllm_sum).double()),
+                "estimate_received": torch.equal(seen[0], estimate.round().long()),
+                "last_expert_load_is_the_estimate": torch.equal(last_load, estimate.round().long()),
+                "vllm_sum_received": torch.equal(seen[1], vllm_sum),
+                "dtypes": [str(seen[0].dtype), str(last_load.dtype), str(seen[1].dtype)],
                 "estimate_is_not_the_sum": not torch.allclose(estimate, torch.from_numpy(chunked.sum(axis=0)).double()),
                 "changed_slots": int((new != old).sum()),
-                "wrong_after_estimate": wrong_after_estimate, "wrong_after_sum": wrong_after_sum}
+                "wrong_after_estimate": wrong_after_estimate, "wrong_after_sum": wrong_after_sum, **failure}
+
+
+def failing_estimate(state) -> dict:
+    """install_window's rearrange with an estimator that raises: the error reaches rearrange's caller, and vLLM's
+    _allreduce_list is no longer shadowed on the state."""
+    import eplb
+    import eplb.policy
+    import eplb.vllm
+
+    real_estimate = eplb.policy.estimate_load
+
+    def broken(window, estimator):
+        raise eplb.Error("injected estimator failure")
+
+    eplb.vllm.install_window("auto", WINDOW_CHUNKS)
+    eplb.policy.estimate_load = broken
+    try:
+        state.rearrange()
+        raised = None
+    except eplb.Error as error:
+        raised = str(error)
+    finally:
+        eplb.vllm.uninstall_window()
+        eplb.policy.estimate_load = real_estimate
+    return {"failure_raised": raised, "shadow_left": "_allreduce_list" in vars(state)}
 
 
 def fill_window(window: torch.Tensor, phy2log: torch.Tensor, rank: int) -> None:

@@ -134,8 +134,8 @@ def window_values() -> dict:
     vllms = EplbState.rearrange
     out = {}
     os.environ["EPLB_VLLM_POLICY"], os.environ["EPLB_VLLM_COMMUNICATOR"] = "deepseek", ""
-    for estimator, chunks in (("bogus", ""), ("auto", "0"), ("auto", "x"), ("sum", ""), ("auto", ""),
-                              ("ema:4", "8")):
+    for estimator, chunks in (("bogus", ""), ("auto", "0"), ("auto", "x"), ("auto", "\u00b2"), ("sum", ""),
+                              ("auto", ""), ("ema:4", "8")):
         os.environ["EPLB_VLLM_ESTIMATOR"], os.environ["EPLB_VLLM_WINDOW_CHUNKS"] = estimator, chunks
         try:
             eplb.vllm.plugin()

@@ -26,6 +26,7 @@ scratch_listing() {
     -o -name '*.json.tmp.*' -o -name '*.npy.tmp.*' -o -name '*.prom.tmp.*' \) 2>/dev/null | sort
 }
 scratch_at_start="$(mktemp)"
+trap 'rm -f "$scratch_at_start"' EXIT  # removed however the run ends (leftover_check removes it too)
 scratch_listing >"$scratch_at_start"
 
 leftover_check() {

@@ -81,10 +81,10 @@ def _window_settings():
     chunks = int(text) if text else DEFAULT_WINDOW_CHUNKS
     if estimator == "sum":
         return None
-    from eplb.policy import estimate_load
+    from eplb.vllm_window import check_window_settings
 
     try:
-        estimate_load([[[0.0]]], estimator)
+        check_window_settings(estimator, chunks)
     except Error as bad:
         raise Error(f"{ESTIMATOR_VARIABLE}={estimator!r}: {bad} (unset or 'sum' keeps vLLM's window sum)") from None
     return estimator, chunks

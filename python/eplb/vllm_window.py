@@ -77,7 +77,7 @@ def install_window(estimator: str = "auto", chunks: int = 20) -> None:
         ModuleNotFoundError: vllm is not installed.
     """
     global _vllm_rearrange
-    chunks = _check(estimator, chunks)
+    chunks = check_window_settings(estimator, chunks)
     state_class = importlib.import_module(_STATE_MODULE).EplbState
     if _vllm_rearrange is None:
         _vllm_rearrange = state_class.rearrange
@@ -106,7 +106,8 @@ def uninstall_window() -> bool:
     return True
 
 
-def _check(estimator, chunks) -> int:
+def check_window_settings(estimator, chunks) -> int:
+    """install_window's arguments checked (eplb.Error naming the bad one); returns chunks as an int."""
     from eplb.policy import estimate_load
 
     if not isinstance(estimator, str) or estimator == "sum":
